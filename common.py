@@ -1,0 +1,336 @@
+"""
+What every script shares, in one place:
+  - configuration: a dataclass of defaults, a preset file, then --key=value overrides
+  - device and precision choice
+  - atomic JSON/CSV writes and the one-line progress report
+  - measuring a model: per-position loss (and attention entropy) on fixed windows
+The dataset format (reading train.bin/val.bin/meta.json, batches, windows) lives in data/__init__.py.
+"""
+
+import ast
+import contextlib
+import csv
+import dataclasses
+import inspect
+import io
+import json
+import math
+import os
+import re
+import sys
+import time
+import typing
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one line, exit status 2, nothing written."""
+
+
+def run_main(main):
+    """Run a script's main(), turning user errors into one clear line and exit status 2."""
+    from model import CheckpointError
+    try:
+        main()
+    except (UserError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+# -----------------------------------------------------------------------------
+# Configuration: defaults (dataclass) < preset file (config/NAME.py) < --key=value
+
+def _field_comments(cls):
+    """The '# comment' after each field in the dataclass source, used by -h."""
+    comments = {}
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return comments
+    for m in re.finditer(r"^\s+(\w+)\s*:[^=\n]*=.*?#\s*(.*)$", src, re.M):
+        comments[m.group(1)] = m.group(2).strip()
+    return comments
+
+
+def _convert(name, typ, value):
+    """Convert a command-line string (or a preset's Python literal) to the field's type."""
+    origin = typing.get_origin(typ)
+    if origin is list:
+        (item,) = typing.get_args(typ)
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise UserError(f"--{name} expects a comma-separated list, got {value!r}")
+        return [_convert(name, item, v) for v in value]
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+            return False
+        raise UserError(f"--{name} expects true or false, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise UserError(f"--{name} expects an integer, got {value!r}")
+        try:
+            return int(value) if not isinstance(value, str) else int(value.strip())
+        except ValueError:
+            raise UserError(f"--{name} expects an integer, got {value!r}") from None
+    if typ is float:
+        if isinstance(value, bool):
+            raise UserError(f"--{name} expects a number, got {value!r}")
+        try:
+            return float(value)
+        except ValueError:
+            raise UserError(f"--{name} expects a number, got {value!r}") from None
+    if typ is str:
+        if not isinstance(value, str):
+            raise UserError(f"--{name} expects a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config field type {typ} for {name}")
+
+
+def load_preset(name, section):
+    """Read config/NAME.py (or a path): Python literals only, never executed. Each script
+    takes its own section, e.g.  train = dict(n_layer=4, learning_rate=2e-3)."""
+    path = Path(name) if name.endswith(".py") else ROOT / "config" / f"{name}.py"
+    if not path.is_file():
+        available = sorted(p.stem for p in (ROOT / "config").glob("*.py"))
+        raise UserError(f"no preset {name!r} ({path}); available: {', '.join(available)}")
+    sections = {}
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # a docstring
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            raise UserError(f"{path}:{node.lineno}: presets hold only assignments like  train = dict(key=value)")
+        value = node.value
+        try:
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict" and not value.args:
+                sections[node.targets[0].id] = {kw.arg: ast.literal_eval(kw.value) for kw in value.keywords}
+            else:
+                sections[node.targets[0].id] = ast.literal_eval(value)
+        except ValueError:
+            raise UserError(f"{path}:{node.lineno}: only literal values are allowed in presets") from None
+    return sections.get(section, {})
+
+
+def parse_config(cls, argv=None, section=None, description=None):
+    """Build a `cls` dataclass from its defaults, an optional --preset=NAME (the preset's
+    `section` dict), then --key=value overrides. Unknown keys and wrong types are errors.
+    A bare --flag sets a bool field to True. -h prints every field with its comment."""
+    argv = sys.argv[1:] if argv is None else argv
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    if any(a in ("-h", "--help") for a in argv):
+        print_help(cls, description)
+        sys.exit(0)
+    overrides, preset = {}, None
+    for arg in argv:
+        if not arg.startswith("--"):
+            raise UserError(f"unexpected argument {arg!r}: use --key=value (see -h)")
+        key, eq, value = arg[2:].partition("=")
+        if key == "preset":
+            preset = value
+            continue
+        if key not in hints:
+            close = [n for n in names if n.startswith(key[:3])]
+            hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
+            raise UserError(f"unknown option --{key}{hint}; -h lists them")
+        if not eq:
+            if hints[key] is not bool:
+                raise UserError(f"--{key} needs a value: --{key}=VALUE")
+            value = "true"
+        overrides[key] = value
+    values = {}
+    if preset:
+        for key, value in load_preset(preset, section or cls.__name__).items():
+            if key not in hints:
+                raise UserError(f"preset {preset!r} sets unknown option {key!r} for this script")
+            values[key] = _convert(key, hints[key], value)
+    for key, value in overrides.items():
+        values[key] = _convert(key, hints[key], value)
+    cfg = cls(**values)
+    if preset and "preset" in hints:
+        cfg.preset = preset
+    return cfg
+
+
+def print_help(cls, description=None):
+    hints = typing.get_type_hints(cls)
+    comments = _field_comments(cls)
+    script = os.path.basename(sys.argv[0]) or "script"
+    if description:
+        print(description.strip() + "\n")
+    print(f"usage: python {script} [--preset=NAME] [--key=value ...]\n\noptions (default, then what it is):")
+    for f in dataclasses.fields(cls):
+        typ = getattr(hints[f.name], "__name__", str(hints[f.name]))
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if isinstance(default, list):
+            default = ",".join(str(v) for v in default)
+        print(f"  --{f.name}={default}  [{typ}]  {comments.get(f.name, '')}")
+    presets = sorted(p.stem for p in (ROOT / "config").glob("*.py"))
+    print(f"\npresets in config/: {', '.join(presets)}  (a preset sets several options; --key=value wins)")
+
+
+def config_dict(cfg):
+    return dataclasses.asdict(cfg)
+
+
+# -----------------------------------------------------------------------------
+# Device and precision
+
+def pick_device(device="auto"):
+    """cuda, then mps, then cpu."""
+    if device != "auto":
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise UserError(f"--device={device} but CUDA is not available here; use --device=auto")
+        return device
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def pick_dtype(dtype, device):
+    """'auto' means bfloat16 on a CUDA card that supports it, float32 everywhere else."""
+    if dtype == "auto":
+        return "bfloat16" if device.startswith("cuda") and torch.cuda.is_bf16_supported() else "float32"
+    if dtype not in ("float32", "bfloat16"):
+        raise UserError(f"--dtype must be auto, float32 or bfloat16, got {dtype!r}")
+    if dtype == "bfloat16" and not device.startswith("cuda"):
+        raise UserError("bfloat16 autocast is only used on CUDA here; use --dtype=float32")
+    return dtype
+
+
+def autocast(device, dtype):
+    """bf16 autocast on CUDA, a no-op context otherwise."""
+    if dtype == "bfloat16":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def seed_everything(seed):
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+
+
+# -----------------------------------------------------------------------------
+# Files: every result is written atomically (temporary file, then rename)
+
+def atomic_write_text(path, text):
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json(path, obj):
+    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
+
+
+def write_csv(path, rows, header):
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    atomic_write_text(path, buf.getvalue())
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+# -----------------------------------------------------------------------------
+# Progress: one plain line per report
+
+def format_seconds(s):
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class Progress:
+    """Prints 'step 120/400 | loss 1.8123 | 21.3k tok/s | 412 ms/step | eta 1m55s'."""
+
+    def __init__(self, total, tokens_per_step, start_step=0):
+        self.total, self.tokens_per_step = total, tokens_per_step
+        self.start_step, self.t0 = start_step, time.time()
+        self.last_t, self.last_step = self.t0, start_step
+
+    def line(self, step, **metrics):
+        now = time.time()
+        steps = max(step - self.last_step, 1)
+        dt = (now - self.last_t) / steps
+        self.last_t, self.last_step = now, step
+        done = max(step - self.start_step, 1)
+        eta = (now - self.t0) / done * max(self.total - step, 0)
+        parts = [f"step {step}/{self.total}"]
+        for k, v in metrics.items():
+            parts.append(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}")
+        parts += [f"{self.tokens_per_step / max(dt, 1e-9) / 1000:.1f}k tok/s", f"{dt * 1000:.0f} ms/step",
+                  f"eta {format_seconds(eta)}"]
+        return " | ".join(parts)
+
+
+# -----------------------------------------------------------------------------
+# Measuring: per-position loss and attention entropy on fixed windows
+
+@torch.no_grad()
+def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), window=None, entropy=False,
+            chunk=256):
+    """Run model over windows (k, n+1) tokens: inputs are the first n, targets the last n.
+    Returns {'loss': (n,) mean loss per position in nats, 'tokens': k * n,
+             'entropy': (n_layer, n_head, n) mean attention entropy in bits, or None}.
+    Uses the fused SDPA path unless entropy is asked for."""
+    model.eval()
+    device = next(model.parameters()).device
+    k, n = windows.size(0), windows.size(1) - 1
+    loss_sum = torch.zeros(n, dtype=torch.float64)
+    ent_sum = None
+    for b in range(0, k, batch_size):
+        xy = windows[b:b + batch_size].to(device)
+        ent = [] if entropy else None
+        with ctx:
+            _, loss = model(xy[:, :-1], xy[:, 1:], window=window, explicit=entropy, entropy=ent,
+                            chunk=chunk, reduction="none")  # (B, n)
+        loss_sum += loss.double().sum(0).cpu()
+        if entropy:
+            e = torch.stack([x.double().sum(0) for x in ent]).cpu()  # (n_layer, n_head, n)
+            ent_sum = e if ent_sum is None else ent_sum + e
+    out = {"loss": (loss_sum / k).numpy(), "tokens": k * n, "entropy": None}
+    if entropy:
+        out["entropy"] = (ent_sum / k).numpy()
+    return out
+
+
+def default_tail(train_len):
+    """The paper scores the last 256 tokens of each window at L = 2048, i.e. L/8;
+    for small L we keep that proportion (at least 1 token, at most 256)."""
+    return int(min(256, max(1, train_len // 8)))
+
+
+def length_list(multiples, train_len):
+    """Lengths given in units of the training length L (e.g. 1, 1.5, 2, 4) -> tokens."""
+    out = []
+    for v in multiples:
+        if v <= 0:
+            raise UserError(f"lengths are multiples of L and must be > 0, got {v:g}")
+        n = int(round(v * train_len))
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def bits(nats):
+    return nats / math.log(2)

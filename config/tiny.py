@@ -1,0 +1,6 @@
+"""A seconds-long configuration for smoke tests and for trying the scripts out."""
+
+train = dict(
+    n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8,
+    max_iters=20, warmup_iters=2, eval_interval=10, eval_iters=2, log_interval=5,
+)

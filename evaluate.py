@@ -1,0 +1,370 @@
+"""
+Measure checkpoints past their training length L, and draw the paper's figures.
+
+    python evaluate.py --ckpts=nope=out/nope/ckpt.pt,rope=out/rope/ckpt.pt --out_dir=out/eval
+    python evaluate.py --ckpts=nope_window_L=out/nope/ckpt.pt --context=128 --out_dir=out/eval
+    python evaluate.py --out_dir=out/eval --search_dir=out/nope/scales --plot_only
+
+For each checkpoint and each length n (default L, 1.5L, 2L, 3L, 4L, 8L, 16L), on the same
+fixed, seeded validation windows (each inside one document, none overlapping):
+  - loss: the plain mean over every position of the windows (nats per token)
+  - tail_loss: the paper's metric, only the last `tail` tokens of each n-token window scored
+    (the paper: 256 of 2048, here L/8 by default), i.e. tokens that see ~n tokens of context
+  - per-position loss up to the longest length, and attention entropy in bits per
+    (layer, head, position) with the uniform bound log2(i+1)
+  - text samples continuing a prompt of 3L tokens
+Results merge into out_dir/results.json by method name, so several runs (e.g. one with
+--context) build one table. Plots are drawn from the saved files alone (--plot_only).
+"""
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from common import (UserError, atomic_write_text, autocast, default_tail, length_list, measure, parse_config,
+                    pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
+from data import Dataset
+from model import load_checkpoint
+
+
+@dataclass
+class EvalConfig:
+    ckpts: list[str] = field(default_factory=lambda: ["nope=out/nope/ckpt.pt"])  # NAME=PATH, comma-separated
+    out_dir: str = "out/eval"           # results folder (results.json is merged, not replaced)
+    dataset: str = ""                   # '' = the dataset of the first checkpoint
+    lengths: list[float] = field(default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0])  # units of L
+    windows: int = 64                   # windows per length (fixed, seeded, inside documents)
+    tail: int = 0                       # tokens scored by the tail metric (0 = L/8, the paper's 256/2048)
+    context: int = 0                    # context limit W: each token sees only the last W tokens (0 = all)
+    entropy: bool = True                # measure attention entropy at the longest length (explicit path)
+    entropy_windows: int = 16           # windows for the entropy measurement
+    bin: int = 0                        # position bin width for curves (0 = L/16)
+    samples: bool = True                # generate a text sample per model from a 3L-token prompt
+    sample_tokens: int = 200            # tokens generated per sample
+    batch_size: int = 8                 # windows per forward pass
+    chunk: int = 256                    # queries per chunk on the explicit (entropy) path
+    search_dir: str = ""                # a search_scales.py output folder: also plot its grid and scales
+    plot_only: bool = False             # redraw the plots from out_dir's files, load no model
+    seed: int = 1234                    # windows and samples
+    device: str = "auto"                # auto | cpu | cuda | mps
+    dtype: str = "auto"                 # auto | float32 | bfloat16
+    preset: str = ""                    # the preset used (set by --preset=NAME)
+
+
+def parse_ckpts(specs):
+    """['nope=out/nope/ckpt.pt', 'out/rope/ckpt.pt'] -> {'nope': ..., 'rope': ...}"""
+    out = {}
+    for spec in specs:
+        name, eq, path = spec.partition("=")
+        if not eq:
+            path = name
+            name = os.path.basename(os.path.dirname(os.path.abspath(path))) or "model"
+        if name in out:
+            raise UserError(f"two checkpoints are named {name!r}; name them: --ckpts=a=PATH,b=PATH")
+        out[name] = path
+    if not out:
+        raise UserError("no checkpoints given: --ckpts=NAME=PATH[,NAME=PATH...]")
+    return out
+
+
+def scales_of(model):
+    """null (all ones), one number (uniform), or the (layer x head) table."""
+    lam = model.get_head_scales()
+    if torch.all(lam == 1):
+        return None
+    if torch.all(lam == lam.flatten()[0]):
+        return round(float(lam.flatten()[0]), 4)
+    return [[round(v, 4) for v in row] for row in lam.tolist()]
+
+
+def binned(values, width):
+    """Mean over consecutive bins of `width` positions along the last axis; bin centres (1-based)."""
+    values = np.asarray(values)
+    nb = values.shape[-1] // width
+    centers = (np.arange(nb) + 0.5) * width + 0.5
+    return centers, values[..., :nb * width].reshape(*values.shape[:-1], nb, width).mean(-1)
+
+
+# -----------------------------------------------------------------------------
+# Measuring
+
+def evaluate_model(name, model, ds, cfg, L, ctx):
+    lengths = length_list(cfg.lengths, L)
+    tail = cfg.tail or default_tail(L)
+    window = cfg.context or None
+    width = cfg.bin or max(1, L // 16)
+    res = {"context": window, "lengths": [], "loss": [], "tail_loss": [], "tokens": [], "tail_tokens": [],
+           "scales": scales_of(model), "pos_encoding": model.config.pos_encoding}
+    curve = None
+    for n in lengths:
+        t0 = time.time()
+        windows = ds.windows(n, cfg.windows, seed=cfg.seed)
+        m = measure(model, windows, cfg.batch_size, ctx, window=window)
+        res["lengths"].append(n)
+        res["loss"].append(round(float(m["loss"].mean()), 5))
+        res["tail_loss"].append(round(float(m["loss"][-tail:].mean()), 5))
+        res["tokens"].append(m["tokens"])
+        res["tail_tokens"].append(len(windows) * tail)
+        curve = m["loss"]  # the longest length's per-position loss is kept
+        print(f"{name:>24} n={n:5d}: loss {res['loss'][-1]:.4f} tail {res['tail_loss'][-1]:.4f} "
+              f"({m['tokens']:,} tokens, {time.time() - t0:.1f}s)", flush=True)
+    centers, values = binned(curve, width)
+    positions = {"length": lengths[-1], "bin": width, "positions": centers.tolist(),
+                 "loss": np.round(values, 5).tolist()}
+    entropy = None
+    if cfg.entropy:
+        t0 = time.time()
+        windows = ds.windows(lengths[-1], cfg.entropy_windows, seed=cfg.seed + 1)
+        m = measure(model, windows, cfg.batch_size, ctx, window=window, entropy=True, chunk=cfg.chunk)
+        centers, ent = binned(m["entropy"], width)  # (n_layer, n_head, bins)
+        entropy = {"length": lengths[-1], "bin": width, "positions": centers.tolist(),
+                   "entropy_bits": np.round(ent, 4).tolist(),
+                   "bound_bits": np.log2(centers).round(4).tolist()}
+        print(f"{name:>24} entropy at n={lengths[-1]}: mean {ent.mean():.3f} bits ({time.time() - t0:.1f}s)")
+    return res, positions, entropy
+
+
+def sample(model, ds, cfg, L, device):
+    """Continue a 3L-token validation prompt, so the model writes well past L."""
+    prompt = ds.windows(3 * L, 1, seed=cfg.seed + 2)[:, :3 * L].to(device)
+    g = torch.Generator(device=device).manual_seed(cfg.seed)
+    out = model.generate(prompt, cfg.sample_tokens, temperature=0.8, window=cfg.context or None, generator=g)
+    return ds.decode(prompt[0, -200:].tolist()), ds.decode(out[0, 3 * L:].tolist())
+
+
+# -----------------------------------------------------------------------------
+# Tables and plots, from the saved files alone
+
+def write_tables(out, results):
+    L = results["train_len"]
+    rows, lines = [], []
+    lengths = sorted({n for m in results["methods"].values() for n in m["lengths"]})
+    head = "| method | " + " | ".join(f"{n / L:g}L" for n in lengths) + " |"
+    rule = "|---|" + "---:|" * len(lengths)
+    for title, key, fmt in (("Tail-metric perplexity (the paper's protocol)", "tail_loss", lambda v: f"{math.exp(v):.2f}"),
+                            ("Mean loss over all positions (nats/token)", "loss", lambda v: f"{v:.3f}")):
+        lines += [f"**{title}**, L = {L}", "", head, rule]
+        for name, m in results["methods"].items():
+            by_n = dict(zip(m["lengths"], m[key]))
+            lines.append(f"| {name} | " + " | ".join(fmt(by_n[n]) if n in by_n else "" for n in lengths) + " |")
+        lines.append("")
+    for name, m in results["methods"].items():
+        for i, n in enumerate(m["lengths"]):
+            rows.append([name, n, "mean", m["loss"][i], round(math.exp(m["loss"][i]), 4), m["tokens"][i]])
+            rows.append([name, n, "tail", m["tail_loss"][i], round(math.exp(m["tail_loss"][i]), 4), m["tail_tokens"][i]])
+    write_csv(os.path.join(out, "results.csv"), rows, ["method", "length", "protocol", "loss", "perplexity", "tokens"])
+    table = "\n".join(lines)
+    atomic_write_text(os.path.join(out, "table.md"), table)
+    return table
+
+
+def plot_all(out, search_dir=""):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = read_json(os.path.join(out, "results.json"))
+    L = results["train_len"]
+    drawn = []
+
+    def mark_L(ax, x=L):
+        ax.axvline(x, color="gray", ls="--", lw=1)
+        ax.text(x, ax.get_ylim()[1], " L (train)", va="top", color="gray", fontsize=8)
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, name), dpi=110)
+        plt.close(fig)
+        drawn.append(name)
+
+    # loss vs length
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, title in ((axes[0], "loss", "mean over all positions"), (axes[1], "tail_loss", "tail metric (last tokens)")):
+        for name, m in results["methods"].items():
+            ax.plot(m["lengths"], m[key], marker="o", ms=3, label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("evaluation length n (tokens)")
+        ax.set_ylabel("loss (nats / token)")
+        ax.set_title(f"Loss vs length, {title}")
+        mark_L(ax)
+    axes[1].legend(fontsize=7)
+    save(fig, "loss_vs_length.png")
+
+    # per-position loss
+    pos = read_json(os.path.join(out, "positions.json"))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, p in pos.items():
+        ax.plot(p["positions"], p["loss"], lw=1, label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("position i in the window (tokens)")
+    ax.set_ylabel("loss at position i (nats / token)")
+    ax.set_title("Per-position loss (mean over windows, binned)")
+    mark_L(ax)
+    ax.legend(fontsize=7)
+    save(fig, "position_loss.png")
+
+    # attention entropy
+    ent_path = os.path.join(out, "entropy.json")
+    if os.path.exists(ent_path):
+        ent = read_json(ent_path)
+        n_layer = len(next(iter(ent.values()))["entropy_bits"])
+        fig, axes = plt.subplots(1, n_layer + 1, figsize=(3.2 * (n_layer + 1), 3.6), sharey=True)
+        for name, e in ent.items():
+            x, arr = np.array(e["positions"]), np.array(e["entropy_bits"])  # (layers, heads, bins)
+            axes[0].plot(x, arr.mean((0, 1)), lw=1, label=name)
+            for layer in range(n_layer):
+                axes[layer + 1].plot(x, arr[layer].mean(0), lw=1, label=name)
+        x = np.array(next(iter(ent.values()))["positions"])
+        for i, ax in enumerate(axes):
+            ax.plot(x, np.log2(x), color="k", ls=":", lw=1, label="uniform bound log2(i+1)")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("query position i")
+            ax.set_title("mean of all heads" if i == 0 else f"layer {i - 1}")
+            mark_L(ax)
+        axes[0].set_ylabel("attention entropy (bits)")
+        axes[0].legend(fontsize=6)
+        save(fig, "entropy.png")
+
+    if search_dir:
+        drawn += plot_search(search_dir, out, ent_path if os.path.exists(ent_path) else None, plt, save, mark_L)
+    return drawn
+
+
+def plot_search(search_dir, out, ent_path, plt, save, mark_L):
+    """The uniform grid, lambda per position with its fit, and the fitted head scales."""
+    drawn = []
+    uni_path = os.path.join(search_dir, "uniform.json")
+    if os.path.exists(uni_path):
+        import csv
+        uni = read_json(uni_path)
+        L = uni["train_len"]
+        with open(os.path.join(search_dir, "grid.csv")) as f:
+            grid = list(csv.DictReader(f))
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for name, s in uni["lengths"].items():
+            pts = [(float(r["lam"]), float(r["loss"])) for r in grid if int(r["length"]) == s["length"]]
+            axes[0].plot(*zip(*pts), marker=".", label=f"n = {name}")
+            axes[1].plot(s["positions"], s["best_lam_per_position"], ".", ms=4, label=f"best lam per position, n = {name}")
+        axes[0].set_xlabel("uniform scale lambda")
+        axes[0].set_ylabel("validation loss (nats / token)")
+        axes[0].set_title("UniformScale grid search")
+        axes[0].legend(fontsize=7)
+        fit = uni["fit"]
+        x = np.linspace(L, fit["length"], 200)
+        axes[1].plot(x, 1 + fit["a"] * np.log(x / L), "k-",
+                     label=f"1 + a ln(i/L), a = {fit['a']:.2f}, R2 = {fit['r2']:.2f}")
+        axes[1].set_xscale("log", base=2)
+        axes[1].set_xlabel("position i (tokens)")
+        axes[1].set_ylabel("best lambda")
+        axes[1].set_title("Best uniform lambda per position")
+        mark_L(axes[1], L)
+        axes[1].legend(fontsize=7)
+        save(fig, "lambda_grid.png")
+    for fn in sorted(os.listdir(search_dir)):
+        if not (fn.startswith("head_") and fn.endswith(".csv")):
+            continue
+        import csv
+        with open(os.path.join(search_dir, fn)) as f:
+            rows = [(int(r["layer"]), int(r["head"]), float(r["scale"])) for r in csv.DictReader(f)]
+        lam = np.zeros((max(r[0] for r in rows) + 1, max(r[1] for r in rows) + 1))
+        for layer, head, v in rows:
+            lam[layer, head] = v
+        fig, ax = plt.subplots(figsize=(1.2 + 0.7 * lam.shape[1], 1.2 + 0.6 * lam.shape[0]))
+        im = ax.imshow(lam, cmap="viridis")
+        for (layer, head), v in np.ndenumerate(lam):
+            ax.text(head, layer, f"{v:.2f}", ha="center", va="center", color="w", fontsize=7)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.set_title(f"HeadScale lambda ({fn[5:-4]})", fontsize=9)
+        fig.colorbar(im, ax=ax, label="lambda")
+        save(fig, f"scales_{fn[:-4]}.png")
+        if ent_path:  # the paper's Fig. 5: per-head entropy at the target length vs the fitted scale
+            meta = read_json(os.path.join(search_dir, fn[:-4] + ".json"))
+            ent = read_json(ent_path)
+            base = next((k for k, v in ent.items() if k == "nope"), next(iter(ent)))
+            e = ent[base]
+            pos = np.array(e["positions"])
+            near = np.abs(pos - meta["length"]) <= max(e["bin"], meta["length"] // 8)
+            if near.any() and meta["length"] <= e["length"]:
+                h = np.array(e["entropy_bits"])[:, :, near].mean(-1)  # (layers, heads)
+                fig, ax = plt.subplots(figsize=(5, 4))
+                for layer in range(lam.shape[0]):
+                    ax.plot(h[layer], lam[layer], "o", label=f"layer {layer}")
+                ax.set_xlabel(f"head entropy at i ~ {meta['length']} with lambda = 1 (bits, {base})")
+                ax.set_ylabel("fitted lambda")
+                ax.set_title("Lower-entropy heads get larger scales?", fontsize=9)
+                ax.legend(fontsize=7)
+                save(fig, f"entropy_vs_scale_{fn[5:-4]}.png")
+    return drawn
+
+
+# -----------------------------------------------------------------------------
+
+def main():
+    cfg = parse_config(EvalConfig, section="evaluate", description=__doc__)
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    if cfg.plot_only:
+        if not os.path.exists(os.path.join(cfg.out_dir, "results.json")):
+            raise UserError(f"--plot_only but {cfg.out_dir}/results.json does not exist; evaluate first")
+        print("drew", ", ".join(plot_all(cfg.out_dir, cfg.search_dir)))
+        return
+    for k in ("windows", "entropy_windows", "batch_size", "chunk"):
+        if getattr(cfg, k) <= 0:
+            raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
+    if cfg.context < 0:
+        raise UserError(f"--context must be >= 0 (0 = no limit), got {cfg.context}")
+    ckpts = parse_ckpts(cfg.ckpts)
+    device = pick_device(cfg.device)
+    ctx = autocast(device, pick_dtype(cfg.dtype, device))
+    models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}  # fail early on a bad one
+    shapes = {(m.config.block_size, m.config.vocab_size) for m, _ in models.values()}
+    if len(shapes) > 1:
+        raise UserError(f"these checkpoints do not share a training length and vocabulary {sorted(shapes)}; "
+                        "evaluate them into separate --out_dir folders")
+    L = shapes.pop()[0]
+    first = next(iter(models.values()))[1]
+    dataset = cfg.dataset or first.get("dataset", {}).get("name") or first.get("config", {}).get("dataset")
+    if not dataset:
+        raise UserError("the checkpoint does not record its dataset; pass --dataset=NAME")
+    ds = Dataset(dataset)
+    length_list(cfg.lengths, L)  # validates
+    protocol = {"dataset": dataset, "train_len": L, "windows": cfg.windows, "seed": cfg.seed,
+                "tail": cfg.tail or default_tail(L)}
+    paths = {k: os.path.join(cfg.out_dir, f"{k}.json") for k in ("results", "positions", "entropy", "samples")}
+    old = read_json(paths["results"]) if os.path.exists(paths["results"]) else None
+    if old and {k: old.get(k) for k in protocol} != protocol:
+        raise UserError(f"{paths['results']} was measured with other settings "
+                        f"({ {k: old.get(k) for k in protocol} }); use another --out_dir")
+    results = old or (protocol | {"methods": {}})
+    stores = {k: read_json(p) if os.path.exists(p) else {} for k, p in paths.items() if k != "results"}
+    for name, (model, ckpt) in models.items():
+        res, positions, entropy = evaluate_model(name, model, ds, cfg, L, ctx)
+        results["methods"][name] = {"ckpt": os.path.abspath(ckpts[name])} | res
+        stores["positions"][name] = positions
+        if entropy:
+            stores["entropy"][name] = entropy
+        if cfg.samples:
+            prompt, text = sample(model, ds, cfg, L, device)
+            stores["samples"][name] = {"prompt_tail": prompt, "continuation": text}
+        # write after every model: an interrupted run keeps what it measured
+        write_json(paths["results"], results)
+        for k, v in stores.items():
+            if v:
+                write_json(paths[k], v)
+    table = write_tables(cfg.out_dir, results)
+    if stores["samples"]:
+        md = ["# Samples: each model continues the same prompt of 3L tokens", ""]
+        md += ["**prompt (last 200 tokens):**", "```", next(iter(stores["samples"].values()))["prompt_tail"], "```"]
+        for name, s in stores["samples"].items():
+            md += [f"**{name}:**", "```", s["continuation"], "```"]
+        atomic_write_text(os.path.join(cfg.out_dir, "samples.md"), "\n".join(md) + "\n")
+    print(table)
+    print("drew", ", ".join(plot_all(cfg.out_dir, cfg.search_dir)), "in", cfg.out_dir)
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,366 @@
+"""
+nanoNoPE model: a GPT with *no* position encoding (NoPE), or rotary (RoPE) as the baseline.
+
+Everything the paper (Wang, Ji et al., 2024, "Length Generalization of Causal Transformers
+without Position Encoding") changes inside the model is one multiply in CausalSelfAttention:
+
+    q = q * head_scale            # softmax(lam_h * q.k / sqrt(d)), one lam per head
+
+head_scale is a buffer of ones (plain attention) until search_scales.py fills it in.
+The rest is a nanoGPT-style GPT-2 block stack (pre-LayerNorm, GELU MLP, tied embeddings)
+with the position embedding `wpe` removed: in a NoPE model the causal mask alone carries order.
+
+Also here: the RoPE length-extension variants (PI, NTK-aware, YaRN), an explicit softmax path
+that can return attention entropy, and checkpoint save/load.
+"""
+
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+POS_ENCODINGS = ("nope", "rope")
+ROPE_SCALINGS = ("none", "pi", "ntk", "yarn")
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 128        # training length L; NOT a limit: the model runs at any length
+    vocab_size: int = 128        # number of token ids
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    dropout: float = 0.0
+    bias: bool = False           # biases in Linear and LayerNorm layers
+    pos_encoding: str = "nope"   # "nope" (no position information) or "rope" (rotary baseline)
+    rope_base: float = 10000.0   # RoPE: theta_i = base^(-2i/d)
+    rope_scaling: str = "none"   # RoPE length extension at evaluation: none | pi | ntk | yarn
+    rope_factor: float = 1.0     # RoPE extension factor s (target length / L)
+    yarn_alpha: float = 1.0      # YaRN: dimensions with fewer than alpha rotations in L are interpolated
+    yarn_beta: float = 32.0      # YaRN: dimensions with more than beta rotations in L are left alone
+
+    def __post_init__(self):
+        if self.pos_encoding not in POS_ENCODINGS:
+            raise ValueError(f"pos_encoding must be one of {POS_ENCODINGS}, got {self.pos_encoding!r}")
+        if self.rope_scaling not in ROPE_SCALINGS:
+            raise ValueError(f"rope_scaling must be one of {ROPE_SCALINGS}, got {self.rope_scaling!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head}")
+        if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
+            raise ValueError("RoPE needs an even head size (n_embd / n_head)")
+        if self.rope_factor < 1.0:
+            raise ValueError(f"rope_factor must be >= 1, got {self.rope_factor}")
+
+
+# -----------------------------------------------------------------------------
+# Rotary position embedding and its length-extension variants
+
+def rope_cos_sin(config, T, device):
+    """cos and sin tables of shape (T, hs) for positions 0..T-1, computed on the fly
+    (no maximum length). The extension variants only change the frequencies theta_i
+    and, for YaRN, the attention temperature, which is folded into the tables."""
+    hs = config.n_embd // config.n_head
+    s = config.rope_factor
+    base = config.rope_base
+    if config.rope_scaling == "ntk":
+        # NTK-aware scaling (bloc97, 2023): enlarge the base so the lowest frequency is
+        # interpolated by s while the highest stays put: base' = base * s^(d/(d-2))
+        base = base * s ** (hs / (hs - 2))
+    theta = base ** (-torch.arange(0, hs, 2, device=device, dtype=torch.float32) / hs)  # (hs/2,)
+    mscale = 1.0
+    if config.rope_scaling == "pi":
+        # Position Interpolation (Chen et al., 2023): positions divided by s, i.e. theta_i / s
+        theta = theta / s
+    elif config.rope_scaling == "yarn":
+        # YaRN (Peng et al., 2023), "NTK-by-parts": r_i = L / wavelength_i rotations fit in the
+        # training length L. gamma(r) = 0 below alpha (interpolate like PI), 1 above beta
+        # (keep), linear in between:  theta_i' = (1 - gamma) * theta_i / s + gamma * theta_i
+        r = config.block_size * theta / (2 * math.pi)
+        gamma = ((r - config.yarn_alpha) / (config.yarn_beta - config.yarn_alpha)).clamp(0, 1)
+        theta = (1 - gamma) * theta / s + gamma * theta
+        # and its attention temperature: logits * (0.1 ln s + 1)^2, as q and k are both
+        # rotated by these tables, each carries one factor (0.1 ln s + 1)
+        mscale = 0.1 * math.log(s) + 1.0
+    pos = torch.arange(T, device=device, dtype=torch.float32)
+    angles = torch.outer(pos, theta)                  # (T, hs/2)
+    angles = torch.cat([angles, angles], dim=-1)      # (T, hs), the rotate-half layout
+    return angles.cos() * mscale, angles.sin() * mscale
+
+
+def apply_rope(x, cos, sin):
+    """Rotate pairs (x_i, x_{i+hs/2}) of x (B, nh, T, hs) by the position angles."""
+    x1, x2 = x.chunk(2, dim=-1)
+    rotated = torch.cat([-x2, x1], dim=-1)
+    return x * cos + rotated * sin
+
+
+# -----------------------------------------------------------------------------
+# The model
+
+def window_mask(T, window, device):
+    """Boolean (T, T) mask, True where query i may attend to key j: i - window < j <= i.
+    window=None gives the plain causal mask."""
+    i = torch.arange(T, device=device).unsqueeze(1)
+    j = torch.arange(T, device=device).unsqueeze(0)
+    mask = j <= i
+    if window is not None:
+        mask &= j > i - window
+    return mask
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.dropout = config.dropout
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        # The paper's lambda, one per head: attention logits lam_h * q.k / sqrt(d).
+        # A buffer, not a parameter: training never touches it; search_scales.py fits it.
+        self.register_buffer("head_scale", torch.ones(config.n_head))
+
+    def forward(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256):
+        B, T, C = x.size()
+        nh, hs = self.n_head, C // self.n_head
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        # The paper's method (Eq. for UniformScale / HeadScale): fold lam_h into q, so that
+        # softmax(q'.k / sqrt(d)) = softmax(lam_h q.k / sqrt(d)) and SDPA stays the fast path.
+        q = q * self.head_scale.view(1, nh, 1, 1).to(q.dtype)
+        dropout_p = self.dropout if self.training else 0.0
+        if not explicit:
+            if window is None:
+                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+            else:
+                mask = window_mask(T, window, x.device)
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+        else:
+            y = self.explicit_attention(q, k, v, window, entropy, chunk, dropout_p)  # (B, nh, T, hs)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
+        return self.resid_dropout(self.c_proj(y))
+
+    def explicit_attention(self, q, k, v, window, entropy, chunk, dropout_p):
+        """The softmax written out, for teaching, tests and entropy. Queries are processed
+        `chunk` at a time, so memory holds at most a (B, nh, chunk, T) slice of this layer's
+        attention matrix: it grows linearly with T at a fixed chunk size.
+        If `entropy` is a list, appends this layer's attention entropy in bits,
+        H_i = -sum_j a_ij log2 a_ij, of shape (B, nh, T)."""
+        B, nh, T, hs = q.shape
+        y = torch.empty_like(q)
+        ent = torch.empty(B, nh, T, device=q.device, dtype=torch.float32) if entropy is not None else None
+        for s in range(0, T, chunk):
+            e = min(s + chunk, T)
+            lo = 0 if window is None else max(0, s - window + 1)    # keys no query here can see are skipped
+            att = (q[:, :, s:e] @ k[:, :, lo:e].transpose(-2, -1)) / math.sqrt(hs)  # (B, nh, e-s, e-lo)
+            i = torch.arange(s, e, device=q.device).unsqueeze(1)
+            j = torch.arange(lo, e, device=q.device).unsqueeze(0)
+            allowed = j <= i if window is None else (j <= i) & (j > i - window)
+            att = att.masked_fill(~allowed, float("-inf"))
+            att = F.softmax(att.float(), dim=-1)                       # (B, nh, e-s, e-lo), fp32
+            if ent is not None:
+                ent[:, :, s:e] = torch.special.entr(att).sum(-1) / math.log(2)  # bits
+            att = F.dropout(att, p=dropout_p, training=dropout_p > 0)
+            y[:, :, s:e] = att.to(v.dtype) @ v[:, :, lo:e]             # (B, nh, e-s, hs)
+        if ent is not None:
+            entropy.append(ent)
+        return y
+
+
+class MLP(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, **attn_kwargs):
+        x = x + self.attn(self.ln_1(x), **attn_kwargs)
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),  # note: no wpe, in NoPE and RoPE alike
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        self.apply(self._init_weights)
+        for pn, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
+            if pn.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def get_num_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx, targets=None, window=None, explicit=False, entropy=None,
+                chunk=256, reduction="mean"):
+        """idx (B, T) token ids, any T. Returns (logits, loss) like nanoGPT.
+        window:    each query attends to at most the last `window` keys (None: all before it)
+        explicit:  use the written-out softmax instead of F.scaled_dot_product_attention
+        entropy:   a list; with explicit=True, one (B, nh, T) tensor of entropies in bits
+                   is appended per layer (so the caller can reduce it layer by layer)
+        reduction: "mean" gives a scalar loss, "none" the (B, T) per-token losses"""
+        B, T = idx.size()
+        rope = rope_cos_sin(self.config, T, idx.device) if self.config.pos_encoding == "rope" else None
+        x = self.transformer.drop(self.transformer.wte(idx))  # (B, T, C): token embeddings only
+        for block in self.transformer.h:
+            x = block(x, rope=rope, window=window, explicit=explicit, entropy=entropy, chunk=chunk)
+        x = self.transformer.ln_f(x)
+        if targets is None:  # inference: only the last position's logits are needed
+            return self.lm_head(x[:, [-1], :]), None
+        logits = self.lm_head(x)  # (B, T, vocab_size)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1, reduction=reduction)
+        return logits, (loss.view(B, T) if reduction == "none" else loss)
+
+    # --- the paper's lambda, read and written in one place ---------------------------
+
+    def get_head_scales(self):
+        """(n_layer, n_head) tensor of the current lambda values."""
+        return torch.stack([b.attn.head_scale.detach() for b in self.transformer.h]).cpu()
+
+    def set_head_scales(self, lam):
+        """lam: a number (UniformScale), a (n_layer,) list (one per layer) or a
+        (n_layer, n_head) table (HeadScale). A tensor that requires grad is kept as
+        is, so gradients flow back to it (search_scales.py fits lambda this way)."""
+        L, H = self.config.n_layer, self.config.n_head
+        lam = torch.as_tensor(lam, dtype=torch.float32, device=self.lm_head.weight.device)
+        if lam.dim() == 1:
+            lam = lam.view(L, 1)
+        lam = lam.expand(L, H) if lam.dim() != 2 or lam.shape[1] == 1 else lam
+        if lam.shape != (L, H):
+            raise ValueError(f"head scales of shape {tuple(lam.shape)} do not fit {L} layers x {H} heads")
+        for layer, block in enumerate(self.transformer.h):
+            block.attn.head_scale = lam[layer] if lam.requires_grad else lam[layer].clone()
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        # weight decay on matrices (dim >= 2), none on biases and LayerNorm gains
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        fused = device_type == "cuda"
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
+
+    def flops_per_token(self, T):
+        """Forward+backward FLOPs per token at length T: 6N for the weight matmuls plus the
+        attention scores and values, 6 * n_layer * T * n_embd (causal, so on average half of
+        the 12 * n_layer * T * n_embd of the PaLM appendix)."""
+        N = self.get_num_params()
+        cfg = self.config
+        return 6 * N + 6 * cfg.n_layer * T * cfg.n_embd
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, window=None, generator=None):
+        """Sample max_new_tokens continuing idx (B, T). No cropping to block_size: the
+        point of this project is what happens past it (pass window= to crop)."""
+        for _ in range(max_new_tokens):
+            idx_cond = idx if window is None else idx[:, -window:]
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :] / max(temperature, 1e-6)
+            if top_k is not None:
+                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                logits[logits < v[:, [-1]]] = -float("inf")
+            if temperature <= 0:
+                idx_next = logits.argmax(-1, keepdim=True)
+            else:
+                idx_next = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+
+
+# -----------------------------------------------------------------------------
+# Checkpoints: tensors and plain values only (torch.load(weights_only=True) works),
+# written atomically, carrying the model config so a script can rebuild the model.
+
+class CheckpointError(Exception):
+    """A checkpoint file that is missing, not ours, or does not fit."""
+
+
+def save_checkpoint(path, model, **extra):
+    """Write {'model': state_dict, 'model_args': config dict, **extra} to path atomically:
+    to a temporary file first, then renamed, so a kill never leaves a half-written file."""
+    raw = model.module if hasattr(model, "module") else model
+    raw = getattr(raw, "_orig_mod", raw)  # unwrap torch.compile
+    ckpt = {"model": {k: v.detach().clone() for k, v in raw.state_dict().items()},
+            "model_args": asdict(raw.config), **extra}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        torch.save(ckpt, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path, device="cpu", **config_overrides):
+    """Rebuild the model from a checkpoint file alone. config_overrides change evaluation-time
+    settings (for example rope_scaling, rope_factor). Returns (model, checkpoint dict)."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"no checkpoint at {path}: train one with train.py first (or check --ckpt)")
+    try:
+        ckpt = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:
+        raise CheckpointError(f"{path} is not a readable nanoNoPE checkpoint ({type(e).__name__}: "
+                              f"{str(e).splitlines()[0][:120]})") from None
+    if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
+        raise CheckpointError(f"{path} is not a nanoNoPE checkpoint (no 'model'/'model_args'); "
+                              "use one written by train.py or search_scales.py")
+    known = {f.name for f in fields(GPTConfig)}
+    args = {k: v for k, v in ckpt["model_args"].items() if k in known}
+    for k, v in config_overrides.items():
+        if k not in known:
+            raise CheckpointError(f"unknown model setting {k!r}")
+        args[k] = v
+    try:
+        model = GPT(GPTConfig(**args))
+    except ValueError as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    state = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in ckpt["model"].items()}
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        raise CheckpointError(f"{path} does not fit its own config ({str(e).splitlines()[-1].strip()[:160]})") from None
+    return model.to(device), ckpt

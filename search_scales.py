@@ -1,0 +1,269 @@
+"""
+The paper's two remedies for NoPE past its training length L, on any train.py checkpoint.
+
+1. UniformScale (grid search, no training): attention logits lam * q.k / sqrt(d) with one lam
+   for every head. For each target length, the validation loss of every lam on a grid, on the
+   same fixed windows; the best lam per length, and per position i, with the fit
+   lam(i) = 1 + a * ln(i / L) of the paper's appendix.
+2. HeadScale (gradient fit): one lam per (layer, head), every other weight frozen, fitted on
+   the LM loss at the target length: AdamW, warm-up then cosine, and after every step
+   lam >= 1 (the "focus constraint"). Also one lam per layer (--granularity=layer).
+
+    python search_scales.py --ckpt=out/nope/ckpt.pt                       # grid at 2L,4L,8L, fit at 2L,4L
+    python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --min_scale=0 --tag=_noclamp
+    python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --init=1 --tag=_noinit
+
+Writes into out_dir (default: the checkpoint's folder + /scales):
+    grid.csv            length, lam, loss, tail_loss for every grid point
+    uniform.json        best lam per length (mean and tail metric), best lam per position, the fit
+    uniform_4L.pt       the checkpoint with every head_scale = the best lam for 4L (one per length)
+    head_4L.pt/.csv/.json   the fitted scales: checkpoint, (layer, head, scale) table, fit log
+"""
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from common import (Progress, UserError, autocast, default_tail, length_list, measure, parse_config,
+                    pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
+from data import Dataset
+from model import load_checkpoint, save_checkpoint
+
+
+@dataclass
+class SearchConfig:
+    ckpt: str = "out/nope/ckpt.pt"      # a checkpoint written by train.py
+    out_dir: str = ""                   # results folder ('' = <checkpoint folder>/scales)
+    dataset: str = ""                   # '' = the dataset the checkpoint was trained on
+    # UniformScale grid search
+    grid: bool = True                   # run the uniform grid search
+    lengths: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0])  # grid target lengths, in units of L
+    lam_min: float = 1.0                # grid start
+    lam_max: float = 2.5                # grid end (inclusive)
+    lam_step: float = 0.05              # grid step
+    windows: int = 64                   # validation windows per length (fixed, seeded, inside documents)
+    tail: int = 0                       # tokens scored by the tail metric (0 = L/8, the paper's 256/2048)
+    select: str = "loss"                # pick the best lam by: loss (mean over all positions) | tail
+    position_bins: int = 0              # width of the position bins for lam(i) (0 = L/8)
+    # HeadScale gradient fit
+    fit_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0])  # fit target lengths, units of L ('' = none)
+    granularity: str = "head"           # head (n_layer x n_head scales) | layer (n_layer) | uniform (1)
+    init: float = 0.0                   # starting lam (0 = the best uniform lam for that length)
+    min_scale: float = 1.0              # clamp after every step: lam >= min_scale (0 = no clamp)
+    steps: int = 200                    # optimizer steps
+    lr: float = 0.05                    # peak learning rate
+    warmup_frac: float = 0.1            # linear warm-up over this share of the steps
+    final_lr_frac: float = 0.1          # cosine decay down to final_lr_frac * lr
+    beta1: float = 0.9                  # AdamW beta1
+    beta2: float = 0.95                 # AdamW beta2
+    fit_batch_size: int = 4             # training sequences per fit step
+    tag: str = ""                       # suffix for the fit's output names (e.g. _noclamp)
+    # system
+    batch_size: int = 8                 # evaluation batch size
+    seed: int = 4321                    # windows and fit batches (evaluate.py uses other windows)
+    device: str = "auto"                # auto | cpu | cuda | mps
+    dtype: str = "auto"                 # auto | float32 | bfloat16
+    log_interval: int = 20              # fit progress line every this many steps
+    preset: str = ""                    # the preset used (set by --preset=NAME)
+
+
+def length_name(n, L):
+    """2L, 4L, 1.5L: the names used in file names and in results.json."""
+    k = n / L
+    return f"{k:g}L"
+
+
+def check(cfg):
+    if cfg.lam_step <= 0 or cfg.lam_max < cfg.lam_min:
+        raise UserError(f"empty lambda grid: need lam_step > 0 and lam_max >= lam_min "
+                        f"(got {cfg.lam_min}..{cfg.lam_max} step {cfg.lam_step})")
+    if cfg.lam_min <= 0:
+        raise UserError(f"lambda must be > 0 (it multiplies the attention logits), got lam_min={cfg.lam_min}")
+    if cfg.init < 0:
+        raise UserError(f"--init must be > 0 (or 0 for the best uniform lambda), got {cfg.init}")
+    if cfg.granularity not in ("head", "layer", "uniform"):
+        raise UserError(f"--granularity must be head, layer or uniform, got {cfg.granularity!r}")
+    if cfg.select not in ("loss", "tail"):
+        raise UserError(f"--select must be loss or tail, got {cfg.select!r}")
+    for k in ("windows", "steps", "fit_batch_size", "batch_size"):
+        if getattr(cfg, k) <= 0:
+            raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
+
+
+# -----------------------------------------------------------------------------
+# UniformScale: grid search
+
+def fit_log_law(positions, lam, L):
+    """Least squares for the paper's lam(i) = 1 + a * ln(i / L) over positions i >= L
+    (no free intercept: lam(L) = 1). Returns a and R^2."""
+    x = np.log(np.asarray(positions, dtype=np.float64) / L)
+    y = np.asarray(lam, dtype=np.float64) - 1.0
+    keep = x >= 0
+    x, y = x[keep], y[keep]
+    if len(x) < 2 or (x ** 2).sum() == 0:
+        return float("nan"), float("nan")
+    a = float((x * y).sum() / (x ** 2).sum())
+    ss_res = float(((y - a * x) ** 2).sum())
+    ss_tot = float(((y - y.mean()) ** 2).sum())
+    return a, (1.0 - ss_res / ss_tot) if ss_tot > 0 else float("nan")
+
+
+def grid_search(model, ds, cfg, L, ctx):
+    lams = np.round(np.arange(cfg.lam_min, cfg.lam_max + cfg.lam_step / 2, cfg.lam_step), 6)
+    tail = cfg.tail or default_tail(L)
+    width = cfg.position_bins or max(1, L // 8)
+    rows, summary = [], {}
+    for n in length_list(cfg.lengths, L):
+        windows = ds.windows(n, cfg.windows, seed=cfg.seed)
+        t0 = time.time()
+        per_pos = []
+        for lam in lams:
+            model.set_head_scales(lam)
+            per_pos.append(measure(model, windows, cfg.batch_size, ctx)["loss"])
+        per_pos = np.stack(per_pos)  # (n_lam, n): loss per lambda and position
+        loss, tail_loss = per_pos.mean(1), per_pos[:, -tail:].mean(1)
+        rows += [[n, lam, round(a, 5), round(b, 5)] for lam, a, b in zip(lams, loss, tail_loss)]
+        # best lambda per position bin (positions counted from 1: the i-th token predicts the (i+1)-th)
+        nb = n // width
+        binned = per_pos[:, :nb * width].reshape(len(lams), nb, width).mean(2)  # (n_lam, nb)
+        centers = (np.arange(nb) + 0.5) * width + 0.5
+        best_pos = lams[binned.argmin(0)]
+        a, r2 = fit_log_law(centers, best_pos, L)
+        i1 = int(np.argmin(np.abs(lams - 1.0)))
+        summary[length_name(n, L)] = {
+            "length": n, "windows": len(windows), "tokens": len(windows) * n, "tail_tokens": len(windows) * tail,
+            "best_lam": float(lams[loss.argmin()]), "best_loss": float(loss.min()),
+            "best_lam_tail": float(lams[tail_loss.argmin()]), "best_tail_loss": float(tail_loss.min()),
+            "loss_at_1": float(loss[i1]), "tail_loss_at_1": float(tail_loss[i1]),
+            "positions": centers.tolist(), "best_lam_per_position": best_pos.tolist(), "fit_a": a, "fit_r2": r2}
+        s = summary[length_name(n, L)]
+        print(f"{length_name(n, L):>4} (n={n}): best lam {s['best_lam']:.2f} loss {s['best_loss']:.4f} "
+              f"(lam=1: {s['loss_at_1']:.4f}) | tail: best lam {s['best_lam_tail']:.2f} {s['best_tail_loss']:.4f} "
+              f"(lam=1: {s['tail_loss_at_1']:.4f}) | lam(i) fit a={a:.3f} R2={r2:.3f} | {time.time() - t0:.0f}s",
+              flush=True)
+    return rows, summary, tail
+
+
+# -----------------------------------------------------------------------------
+# HeadScale: gradient fit of the scales alone
+
+def fit_scales(model, ds, cfg, n, init, ctx, device):
+    """Minimise the LM loss at length n over lam only. Returns (lam table, log rows)."""
+    L_, H = model.config.n_layer, model.config.n_head
+    shape = {"head": (L_, H), "layer": (L_, 1), "uniform": (1, 1)}[cfg.granularity]
+    lam = torch.full(shape, float(init), dtype=torch.float32, device=device, requires_grad=True)  # fp32 always
+    model.requires_grad_(False)  # frozen: autograd computes no weight gradients, only activations' on the way to lam
+    model.eval()                 # no dropout: the fit sees the model as it is evaluated
+    opt = torch.optim.AdamW([lam], lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=0.0)
+    warmup = max(1, int(cfg.warmup_frac * cfg.steps))
+    g = torch.Generator()
+    progress = Progress(cfg.steps, cfg.fit_batch_size * n)
+    log = []
+    for step in range(cfg.steps):
+        # 10% linear warm-up, then cosine from lr to final_lr_frac * lr
+        if step < warmup:
+            lr = cfg.lr * (step + 1) / warmup
+        else:
+            r = (step - warmup) / max(cfg.steps - warmup - 1, 1)
+            lr = cfg.lr * (cfg.final_lr_frac + (1 - cfg.final_lr_frac) * 0.5 * (1 + math.cos(math.pi * r)))
+        opt.param_groups[0]["lr"] = lr
+        g.manual_seed(cfg.seed * 7_919 + step)
+        x, y = ds.get_batch("train", cfg.fit_batch_size, n, g, device)
+        model.set_head_scales(lam.expand(L_, H))
+        with ctx:
+            _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            lam.clamp_(min=cfg.min_scale if cfg.min_scale > 0 else 1e-3)  # the focus constraint (lam > 0 always)
+        if not math.isfinite(loss.item()):
+            raise UserError(f"the fit diverged (loss {loss.item()}) at step {step}; lower --lr")
+        log.append([step + 1, round(loss.item(), 5), round(lam.mean().item(), 4), round(lam.min().item(), 4),
+                    round(lam.max().item(), 4), lr])
+        if (step + 1) % cfg.log_interval == 0 or step + 1 == cfg.steps:
+            print(progress.line(step + 1, loss=loss.item(), lam_mean=f"{lam.mean().item():.3f}",
+                                lam_min=f"{lam.min().item():.3f}", lam_max=f"{lam.max().item():.3f}"), flush=True)
+    return lam.detach().expand(L_, H).clone(), log
+
+
+def main():
+    cfg = parse_config(SearchConfig, section="search_scales", description=__doc__)
+    check(cfg)
+    device = pick_device(cfg.device)
+    dtype = pick_dtype(cfg.dtype, device)
+    ctx = autocast(device, dtype)
+    model, ckpt = load_checkpoint(cfg.ckpt, device)
+    L = model.config.block_size
+    dataset = cfg.dataset or ckpt.get("dataset", {}).get("name") or ckpt.get("config", {}).get("dataset")
+    if not dataset:
+        raise UserError(f"{cfg.ckpt} does not record its dataset; pass --dataset=NAME")
+    ds = Dataset(dataset)
+    if ds.vocab_size != model.config.vocab_size:
+        raise UserError(f"dataset {dataset!r} has {ds.vocab_size} symbols, the checkpoint {model.config.vocab_size}")
+    out = cfg.out_dir or os.path.join(os.path.dirname(os.path.abspath(cfg.ckpt)), "scales")
+    os.makedirs(out, exist_ok=True)
+    base = {"train_len": L, "dataset": dataset, "ckpt": os.path.abspath(cfg.ckpt)}
+    extras = {k: ckpt[k] for k in ("config", "dataset", "iter_num") if k in ckpt}
+    model.set_head_scales(1.0)  # every search starts from the plain model (lambda = 1)
+    print(f"{model.config.pos_encoding} model, L={L}, {model.config.n_layer} layers x {model.config.n_head} heads, "
+          f"dataset {dataset}, device {device} {dtype}")
+
+    # --- 1. UniformScale: grid search -------------------------------------------------
+    uniform_path = os.path.join(out, "uniform.json")
+    if cfg.grid:
+        rows, summary, tail = grid_search(model, ds, cfg, L, ctx)
+        write_csv(os.path.join(out, "grid.csv"), rows, ["length", "lam", "loss", "tail_loss"])
+        longest = max(summary.values(), key=lambda s: s["length"])
+        write_json(uniform_path, base | {"tail": tail, "select": cfg.select, "seed": cfg.seed, "lengths": summary,
+                                         "fit": {"length": longest["length"], "a": longest["fit_a"],
+                                                 "r2": longest["fit_r2"]}})
+        for name, s in summary.items():
+            lam = s["best_lam"] if cfg.select == "loss" else s["best_lam_tail"]
+            model.set_head_scales(lam)
+            save_checkpoint(os.path.join(out, f"uniform_{name}.pt"), model, **extras,
+                            scales={"method": "uniform", "length": s["length"], "lam": lam})
+        model.set_head_scales(1.0)
+        print(f"wrote {out}/grid.csv, uniform.json, uniform_*.pt; lam(i) = 1 + a ln(i/L) at "
+              f"{longest['length']}: a = {longest['fit_a']:.3f}, R2 = {longest['fit_r2']:.3f}")
+
+    # --- 2. HeadScale (or per-layer) gradient fit -----------------------------------------
+    for n in length_list(cfg.fit_lengths, L):
+        name = length_name(n, L)
+        if cfg.init > 0:
+            init = cfg.init
+        else:
+            found = read_json(uniform_path)["lengths"].get(name) if os.path.exists(uniform_path) else None
+            if found is None:
+                raise UserError(f"no best uniform lambda for {name} in {uniform_path}: run the grid with "
+                                f"--lengths including {n / L:g}, or give --init=VALUE")
+            init = found["best_lam"] if cfg.select == "loss" else found["best_lam_tail"]
+        before = {k: v.clone() for k, v in model.state_dict().items() if not k.endswith("head_scale")}
+        print(f"fitting {cfg.granularity} scales at {name} (n={n}) from lam={init:.2f}, clamp >= {cfg.min_scale:g}")
+        t0 = time.time()
+        lam, log = fit_scales(model, ds, cfg, n, init, ctx, device)
+        seconds = time.time() - t0
+        after = model.state_dict()
+        changed = [k for k, v in before.items() if not torch.equal(v, after[k])]
+        if changed:  # the method's promise: only head_scale moves
+            raise RuntimeError(f"weights other than head_scale changed during the fit: {changed[:3]}")
+        model.set_head_scales(lam)
+        stem = os.path.join(out, f"{cfg.granularity}_{name}{cfg.tag}")
+        info = {"method": cfg.granularity, "length": n, "init": init, "min_scale": cfg.min_scale,
+                "steps": cfg.steps, "lr": cfg.lr, "lam": lam.tolist()}
+        save_checkpoint(stem + ".pt", model, **extras, scales=info)
+        write_csv(stem + ".csv", [[l, h, round(v, 5)] for l, row in enumerate(lam.tolist()) for h, v in enumerate(row)],
+                  ["layer", "head", "scale"])
+        write_json(stem + ".json", base | info | {"seconds": round(seconds, 1), "final_loss": log[-1][1],
+                   "log": [dict(zip(["step", "loss", "lam_mean", "lam_min", "lam_max", "lr"], r)) for r in log]})
+        print(f"wrote {stem}.pt/.csv/.json ({seconds:.0f}s; only head_scale changed)")
+        model.requires_grad_(True)
+        model.set_head_scales(1.0)
+
+
+if __name__ == "__main__":
+    run_main(main)

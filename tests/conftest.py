@@ -1,0 +1,54 @@
+"""Shared fixtures: a tiny synthetic corpus (no network, nothing from outside the repo)
+and helpers to run the scripts as a user would."""
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from data import CharTokenizer, write_dataset  # noqa: E402
+
+
+def make_docs(n_docs, seed, min_len=400, max_len=3000):
+    """Python-ish text with a little structure, so a tiny model has something to learn."""
+    rng = random.Random(seed)
+    words = ["def", "return", "self", "value", "if", "else", "for", "in", "range", "print", "x", "y", "None"]
+    docs = []
+    for d in range(n_docs):
+        lines, size, target = [], 0, rng.randint(min_len, max_len)
+        while size < target:
+            indent = "    " * rng.randint(0, 2)
+            line = indent + " ".join(rng.choice(words) for _ in range(rng.randint(2, 7))) + ":"
+            lines.append(line)
+            size += len(line) + 1
+        docs.append((f"doc{d}.py", "\n".join(lines) + "\n"))
+    return docs
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory):
+    """A prepared character-level dataset folder: 40 training and 8 validation documents."""
+    out = tmp_path_factory.mktemp("data") / "tiny"
+    train, val = make_docs(40, seed=0), make_docs(8, seed=1, min_len=2500, max_len=6000)
+    write_dataset(out, train, val, CharTokenizer.from_texts(t for _, t in train + val), {"corpus": "test"})
+    return out
+
+
+def run_script(*args, timeout=300, check=True):
+    """Run `python SCRIPT args...` from the repo root; returns the CompletedProcess."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+TINY_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=8",
+              "--warmup_iters=2", "--eval_iters=2", "--log_interval=5"]

@@ -1,0 +1,66 @@
+"""--key=value parsing against a dataclass, presets, -h."""
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from common import UserError, load_preset, parse_config
+
+
+@dataclass
+class Demo:
+    steps: int = 10          # how many steps
+    lr: float = 1e-3         # learning rate
+    name: str = "x"          # a name
+    fast: bool = False       # go fast
+    lengths: list[float] = field(default_factory=lambda: [1.0, 2.0])  # multiples of L
+    preset: str = ""         # set by --preset
+
+
+def test_overrides_are_typed():
+    cfg = parse_config(Demo, ["--steps=5", "--lr=0.1", "--name=y", "--fast", "--lengths=1,1.5,4"])
+    assert (cfg.steps, cfg.lr, cfg.name, cfg.fast, cfg.lengths) == (5, 0.1, "y", True, [1.0, 1.5, 4.0])
+    assert parse_config(Demo, ["--fast=false"]).fast is False
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--stepz=3"], "unknown option --stepz"),
+    (["--steps=3.5"], "expects an integer"),
+    (["--lr=fast"], "expects a number"),
+    (["--fast=maybe"], "expects true or false"),
+    (["--steps"], "needs a value"),
+    (["steps=3"], "unexpected argument"),
+    (["--preset=no_such_preset"], "no preset"),
+])
+def test_bad_options_are_one_line_errors(argv, message):
+    with pytest.raises(UserError, match=message):
+        parse_config(Demo, argv)
+
+
+def test_presets_are_read_not_executed(tmp_path):
+    p = tmp_path / "p.py"
+    p.write_text('"""doc"""\nDemo = dict(steps=7, lengths=[1, 3])\nother = dict(steps=1)\n')
+    cfg = parse_config(Demo, [f"--preset={p}", "--lr=0.5"])
+    assert (cfg.steps, cfg.lengths, cfg.lr, cfg.preset) == (7, [1.0, 3.0], 0.5, str(p))
+    # command-line overrides win over the preset, whatever their order
+    assert parse_config(Demo, ["--steps=2", f"--preset={p}"]).steps == 2
+    p.write_text("import os\nDemo = dict(steps=os.cpu_count())\n")
+    with pytest.raises(UserError, match="only assignments"):
+        load_preset(str(p), "Demo")
+    p.write_text("Demo = dict(steps=1, bogus=2)\n")
+    with pytest.raises(UserError, match="unknown option 'bogus'"):
+        parse_config(Demo, [f"--preset={p}"])
+
+
+def test_help_lists_every_option_with_its_comment(capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_config(Demo, ["-h"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert "--steps=10  [int]  how many steps" in out and "--lengths=1.0,2.0" in out
+
+
+def test_shipped_presets_fit_the_scripts():
+    from train import TrainConfig
+    for name in ("cpu", "gpu", "tiny"):
+        parse_config(TrainConfig, [f"--preset={name}"], section="train")

@@ -1,0 +1,311 @@
+"""The maths of model.py, pinned on tiny fp32 models."""
+
+import math
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from model import (GPT, CheckpointError, GPTConfig, apply_rope, load_checkpoint, rope_cos_sin,
+                   save_checkpoint)
+
+V = 17
+
+
+def make(pos="nope", seed=0, sharpen=True, **kw):
+    """A tiny GPT. sharpen=True scales q,k weights up so attention is far from uniform
+    (at GPT-2 init it is almost uniform, which would make several tests pass trivially)."""
+    torch.manual_seed(seed)
+    cfg = GPTConfig(block_size=8, vocab_size=V, n_layer=2, n_head=4, n_embd=32, pos_encoding=pos, **kw)
+    model = GPT(cfg).eval()
+    if sharpen:
+        with torch.no_grad():
+            for b in model.transformer.h:
+                b.attn.c_attn.weight[: 2 * cfg.n_embd].mul_(15)
+    return model
+
+
+def tokens(B=2, T=24, seed=1):
+    return torch.randint(0, V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def reference_attention(attn, x, lam=None, window=None):
+    """Plain causal attention written out independently of model.py:
+    softmax(lam_h * q.k / sqrt(d) + mask) v, then the output projection."""
+    B, T, C = x.shape
+    nh, hs = attn.n_head, C // attn.n_head
+    q, k, v = attn.c_attn(x).split(C, dim=2)
+    q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in (q, k, v))
+    lam = torch.ones(nh) if lam is None else lam
+    att = lam.view(1, nh, 1, 1) * (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+    i, j = torch.arange(T).view(-1, 1), torch.arange(T).view(1, -1)
+    allowed = (j <= i) if window is None else (j <= i) & (j > i - window)
+    att = att.masked_fill(~allowed, float("-inf")).softmax(-1)
+    y = (att @ v).transpose(1, 2).reshape(B, T, C)
+    return attn.c_proj(y)
+
+
+@pytest.mark.parametrize("pos", ["nope", "rope"])
+@pytest.mark.parametrize("explicit", [False, True])
+def test_no_future_leak(pos, explicit):
+    model = make(pos)
+    idx = tokens()
+    t = 11
+    changed = idx.clone()
+    changed[:, t:] = (changed[:, t:] + 1) % V
+    with torch.no_grad():
+        a, _ = model(idx, idx, explicit=explicit)
+        b, _ = model(changed, changed, explicit=explicit)
+    assert torch.allclose(a[:, :t], b[:, :t], atol=1e-5)
+    assert not torch.allclose(a[:, t:], b[:, t:], atol=1e-3)  # the perturbation does reach later positions
+
+
+def test_nope_has_no_position_parameters():
+    model = make("nope")
+    names = [n for n, _ in model.named_parameters()] + [n for n, _ in model.named_buffers()]
+    assert not any("wpe" in n or "pos" in n or "rope" in n for n in names)
+    # a run of one repeated token: with nothing added per position, every position sees the
+    # same values and gives the same logits (a position embedding would break this)
+    idx = torch.full((1, 40), 5)
+    with torch.no_grad():
+        logits, _ = model(idx, idx)
+    assert torch.allclose(logits[0], logits[0, :1].expand(40, -1), atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_head_scale_ones_equals_plain_attention(window):
+    model = make("nope")
+    attn = model.transformer.h[0].attn
+    assert torch.equal(attn.head_scale, torch.ones(4))
+    x = torch.randn(2, 20, 32)
+    with torch.no_grad():
+        ref = reference_attention(attn, x, window=window)
+        assert torch.allclose(attn(x, window=window), ref, atol=1e-5)
+        assert torch.allclose(attn(x, window=window, explicit=True), ref, atol=1e-5)
+
+
+def test_uniform_head_scale_equals_sdpa_scale():
+    """head_scale = s for every head is SDPA with scale = s / sqrt(d)."""
+    model = make("nope")
+    attn = model.transformer.h[0].attn
+    x = torch.randn(2, 20, 32)
+    s, hs = 1.7, 8
+    model.set_head_scales(s)
+    with torch.no_grad():
+        q, k, v = attn.c_attn(x).split(32, dim=2)
+        q, k, v = (t.view(2, 20, 4, hs).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=s / math.sqrt(hs))
+        ref = attn.c_proj(y.transpose(1, 2).reshape(2, 20, 32))
+        assert torch.allclose(attn(x), ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("pos", ["nope", "rope"])
+@pytest.mark.parametrize("window", [None, 6])
+def test_explicit_path_equals_sdpa_path(pos, window):
+    model = make(pos)
+    model.set_head_scales(torch.rand(2, 4) * 2 + 0.5)
+    idx = tokens(T=30)
+    with torch.no_grad():
+        a, la = model(idx, idx, window=window)
+        b, lb = model(idx, idx, window=window, explicit=True, chunk=7)  # chunking over queries too
+    assert torch.allclose(a, b, atol=1e-4)
+    assert torch.allclose(la, lb, atol=1e-5)
+
+
+def test_random_per_head_scales_match_reference():
+    model = make("nope")
+    attn = model.transformer.h[1].attn
+    lam = torch.tensor([0.5, 1.0, 1.5, 3.0])
+    attn.head_scale = lam.clone()
+    x = torch.randn(2, 20, 32)
+    with torch.no_grad():
+        assert torch.allclose(attn(x), reference_attention(attn, x, lam), atol=1e-5)
+
+
+def test_one_head_scale_changes_only_that_head():
+    model = make("nope")
+    attn = model.transformer.h[0].attn
+    seen = []
+    attn.c_proj.register_forward_pre_hook(lambda mod, inp: seen.append(inp[0].detach().clone()))
+    x = torch.randn(2, 20, 32)
+    with torch.no_grad():
+        attn(x)
+        attn.head_scale[2] = 2.0
+        attn(x)
+    before, after = (t.view(2, 20, 4, 8) for t in seen)  # (B, T, nh, hs)
+    for h in range(4):
+        same = torch.allclose(before[:, :, h], after[:, :, h], atol=1e-6)
+        assert same == (h != 2)
+
+
+def test_gradient_reaches_head_scale_and_not_frozen_weights():
+    model = make("nope")
+    model.requires_grad_(False)
+    lam = torch.full((2, 4), 1.2, requires_grad=True)
+    model.set_head_scales(lam)
+    idx = tokens()
+    _, loss = model(idx, idx)
+    loss.backward()
+    assert lam.grad is not None and lam.grad.abs().sum() > 0
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_entropy_is_bits_and_uniform_attention_meets_the_bound():
+    """lambda = 0 makes every logit 0: uniform attention over i+1 keys, entropy log2(i+1)."""
+    model = make("nope")
+    model.set_head_scales(0.0)
+    idx = tokens(B=1, T=50)
+    ent = []
+    with torch.no_grad():
+        model(idx, idx, explicit=True, entropy=ent, chunk=16)
+    assert len(ent) == 2 and ent[0].shape == (1, 4, 50)
+    bound = torch.log2(torch.arange(1, 51, dtype=torch.float32))
+    for e in ent:
+        assert torch.allclose(e[0], bound.expand(4, -1), atol=1e-4)
+    # with real scales the entropy is below the bound, and chunking does not change it
+    model.set_head_scales(1.0)
+    e1, e2 = [], []
+    with torch.no_grad():
+        model(idx, idx, explicit=True, entropy=e1, chunk=7)
+        model(idx, idx, explicit=True, entropy=e2, chunk=1000)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(e1, e2))
+    assert (e1[0] <= bound + 1e-4).all() and (e1[0][..., 10:] < bound[10:] - 0.01).any()
+
+
+def test_window_hides_tokens_further_back():
+    model = make("nope")
+    idx = tokens(T=30)
+    changed = idx.clone()
+    changed[:, 5] = (changed[:, 5] + 1) % V
+    W = 4  # two layers: token 5 can reach at most position 5 + 2 * (W - 1) = 11
+    with torch.no_grad():
+        a, _ = model(idx, idx, window=W)
+        b, _ = model(changed, changed, window=W)
+        c, _ = model(idx, idx, window=100)
+        d, _ = model(idx, idx)
+    assert torch.allclose(a[:, 12:], b[:, 12:], atol=1e-5)
+    assert not torch.allclose(a[:, 5:12], b[:, 5:12], atol=1e-4)
+    assert torch.allclose(c, d, atol=1e-5)  # a window longer than the input changes nothing
+
+
+@pytest.mark.parametrize("pos", ["nope", "rope"])
+def test_runs_at_16x_training_length(pos):
+    model = make(pos)
+    L = model.config.block_size
+    idx = tokens(B=1, T=16 * L)
+    with torch.no_grad():
+        a, la = model(idx, idx)
+        b, lb = model(idx, idx, explicit=True, chunk=32)
+    assert a.shape == (1, 16 * L, V) and torch.isfinite(la)
+    assert torch.allclose(la, lb, atol=1e-5)
+
+
+def test_checkpoint_round_trip(tmp_path):
+    model = make("rope")
+    model.set_head_scales(torch.rand(2, 4) + 1)
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint(path, model, iter_num=3, note="hello")
+    raw = torch.load(path, weights_only=True)  # tensors and plain values only
+    assert raw["iter_num"] == 3 and raw["model_args"]["pos_encoding"] == "rope"
+    loaded, ckpt = load_checkpoint(path)
+    assert torch.equal(loaded.get_head_scales(), model.get_head_scales())
+    idx = tokens()
+    with torch.no_grad():
+        assert torch.equal(model(idx, idx)[0], loaded.eval()(idx, idx)[0])
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]  # no temporary file left behind
+
+
+def test_bad_checkpoints_give_clear_errors(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="not a readable"):
+        load_checkpoint(tmp_path / "junk.pt")
+    torch.save({"weights": torch.zeros(3)}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="not a nanoNoPE checkpoint"):
+        load_checkpoint(tmp_path / "other.pt")
+    model = make("nope")
+    save_checkpoint(tmp_path / "ok.pt", model)
+    ckpt = torch.load(tmp_path / "ok.pt", weights_only=True)
+    ckpt["model_args"]["n_embd"] = 64  # claims another shape than its weights
+    torch.save(ckpt, tmp_path / "shape.pt")
+    with pytest.raises(CheckpointError, match="does not fit"):
+        load_checkpoint(tmp_path / "shape.pt")
+
+
+def test_overfits_one_batch():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block_size=16, vocab_size=V, n_layer=2, n_head=2, n_embd=48)).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    idx = tokens(B=4, T=17)
+    x, y = idx[:, :-1], idx[:, 1:]
+    first = None
+    for _ in range(300):
+        _, loss = model(x, y)
+        first = first or loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert first > 2.5 and loss.item() < 0.1
+
+
+# --- RoPE and its extension variants --------------------------------------------------
+
+def test_rope_dot_products_depend_only_on_relative_position():
+    cfg = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope")
+    cos, sin = rope_cos_sin(cfg, 40, "cpu")
+    q, k = torch.randn(16), torch.randn(16)
+
+    def dot(m, n):
+        return (apply_rope(q, cos[m], sin[m]) * apply_rope(k, cos[n], sin[n])).sum()
+    assert torch.allclose(dot(10, 3), dot(30, 23), atol=1e-4)
+    assert not torch.allclose(dot(10, 3), dot(10, 5), atol=1e-3)
+
+
+@pytest.mark.parametrize("scaling", ["pi", "ntk", "yarn"])
+def test_rope_variants_with_factor_one_equal_plain_rope(scaling):
+    plain = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope")
+    variant = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope", rope_scaling=scaling, rope_factor=1.0)
+    for a, b in zip(rope_cos_sin(plain, 50, "cpu"), rope_cos_sin(variant, 50, "cpu")):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_position_interpolation_at_s_times_p_equals_plain_at_p():
+    s = 4.0
+    plain = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope")
+    pi = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope", rope_scaling="pi", rope_factor=s)
+    cp, sp = rope_cos_sin(plain, 20, "cpu")
+    ci, si = rope_cos_sin(pi, 80, "cpu")
+    assert torch.allclose(ci[::4], cp, atol=1e-5) and torch.allclose(si[::4], sp, atol=1e-5)
+
+
+def test_yarn_temperature_and_frequencies():
+    s, L = 8.0, 128
+    cfg = GPTConfig(n_embd=64, n_head=2, block_size=L, pos_encoding="rope", rope_scaling="yarn", rope_factor=s)
+    cos, sin = rope_cos_sin(cfg, 3, "cpu")
+    # position 0: no rotation, so cos = (0.1 ln s + 1) on every dimension (logits get its square)
+    assert torch.allclose(cos[0], torch.full((32,), 0.1 * math.log(s) + 1.0), atol=1e-6)
+    # position 1 turns each pair by its frequency: dimensions with fewer than alpha = 1 rotation
+    # in L are interpolated like PI (theta / s), every one follows the NTK-by-parts blend
+    plain = GPTConfig(n_embd=64, n_head=2, block_size=L, pos_encoding="rope")
+    pc, ps = rope_cos_sin(plain, 3, "cpu")
+    angle_plain = torch.atan2(ps[1], pc[1])
+    angle_yarn = torch.atan2(sin[1], cos[1])
+    theta = 10000.0 ** (-torch.arange(0, 32) * 2 / 32)
+    rotations = L * theta / (2 * math.pi)
+    slow = rotations < 1.0
+    assert torch.allclose(angle_yarn[:16][slow[:16]], angle_plain[:16][slow[:16]] / s, atol=1e-6)
+    gamma = ((rotations - 1) / 31).clamp(0, 1)
+    expected = (1 - gamma) * theta / s + gamma * theta
+    assert torch.allclose(angle_yarn[:16], expected[:16], atol=1e-6)
+
+
+def test_ntk_enlarges_the_base():
+    s, hs = 4.0, 16
+    ntk = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope", rope_scaling="ntk", rope_factor=s)
+    base = 10000.0 * s ** (hs / (hs - 2))
+    cos, sin = rope_cos_sin(ntk, 2, "cpu")
+    theta = base ** (-torch.arange(0, hs, 2) / hs)
+    assert torch.allclose(torch.atan2(sin[1], cos[1])[: hs // 2], theta, atol=1e-6)
+    # the slowest frequency is interpolated by exactly s
+    assert math.isclose(theta[-1].item(), (10000.0 ** (-(hs - 2) / hs)) / s, rel_tol=1e-5)

@@ -1,0 +1,91 @@
+"""train.py end to end: tiny runs, exact resume, a kill mid-run, DDP with two CPU processes."""
+
+import csv
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import ROOT, TINY_TRAIN, run_script
+from model import load_checkpoint
+
+pytestmark = pytest.mark.slow
+
+
+def log(out):
+    with open(out / "train_log.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_trains_and_writes_checkpoints(tiny_dataset, tmp_path):
+    out = tmp_path / "run"
+    proc = run_script("train.py", f"--dataset={tiny_dataset}", f"--out_dir={out}", *TINY_TRAIN,
+                      "--max_iters=40", "--eval_interval=20")
+    assert "tok/s" in proc.stdout and "eta" in proc.stdout
+    rows = log(out)
+    assert [int(r["step"]) for r in rows] == [20, 40]
+    assert float(rows[-1]["val_loss"]) < float(rows[0]["val_loss"])  # it learns
+    model, ckpt = load_checkpoint(out / "ckpt.pt")
+    assert ckpt["iter_num"] == 40 and "optimizer" in ckpt
+    assert torch.equal(model.get_head_scales(), torch.ones(2, 2))
+    assert (out / "best.pt").exists() and (out / "summary.json").exists()
+    # a second fresh run must not overwrite the first
+    again = run_script("train.py", f"--dataset={tiny_dataset}", f"--out_dir={out}", *TINY_TRAIN, check=False)
+    assert again.returncode == 2 and "--resume" in again.stderr
+
+
+def test_resume_reproduces_the_uninterrupted_run(tiny_dataset, tmp_path):
+    common = [f"--dataset={tiny_dataset}", *TINY_TRAIN, "--eval_interval=10", "--lr_decay_iters=30",
+              "--pos_encoding=rope"]
+    run_script("train.py", f"--out_dir={tmp_path / 'a'}", *common, "--max_iters=30")
+    run_script("train.py", f"--out_dir={tmp_path / 'b'}", *common, "--max_iters=20")
+    run_script("train.py", f"--out_dir={tmp_path / 'b'}", *common, "--max_iters=30", "--resume")
+    a, b = log(tmp_path / "a"), log(tmp_path / "b")
+    assert [r["val_loss"] for r in a] == [r["val_loss"] for r in b]
+    # resuming with another model shape is refused
+    proc = run_script("train.py", f"--out_dir={tmp_path / 'b'}", *common, "--n_embd=64", "--resume", check=False)
+    assert proc.returncode == 2 and "n_embd=32, not 64" in proc.stderr
+
+
+def test_kill_mid_run_then_resume(tiny_dataset, tmp_path):
+    out = tmp_path / "run"
+    args = [sys.executable, "train.py", f"--dataset={tiny_dataset}", f"--out_dir={out}", *TINY_TRAIN,
+            "--max_iters=100000", "--eval_interval=5"]
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (out / "ckpt.pt").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # let it write a few more checkpoints, then kill it wherever it is
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    model, ckpt = load_checkpoint(out / "ckpt.pt")  # never half-written
+    step = ckpt["iter_num"]
+    assert step >= 5
+    run_script("train.py", f"--dataset={tiny_dataset}", f"--out_dir={out}", *TINY_TRAIN,
+               f"--max_iters={step + 10}", "--eval_interval=5", "--resume")
+    assert load_checkpoint(out / "ckpt.pt")[1]["iter_num"] == step + 10
+
+
+def test_divergence_stops_without_a_broken_checkpoint(tiny_dataset, tmp_path):
+    out = tmp_path / "run"
+    proc = run_script("train.py", f"--dataset={tiny_dataset}", f"--out_dir={out}", *TINY_TRAIN,
+                      "--max_iters=40", "--eval_interval=20", "--learning_rate=1e30", "--grad_clip=0",
+                      check=False)
+    assert proc.returncode == 2 and ("loss is nan" in proc.stderr or "loss is inf" in proc.stderr)
+    assert not (out / "ckpt.pt").exists()
+
+
+def test_ddp_two_cpu_processes(tiny_dataset, tmp_path):
+    out = tmp_path / "ddp"
+    proc = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
+                      f"--dataset={tiny_dataset}", f"--out_dir={out}", *TINY_TRAIN, "--max_iters=10",
+                      "--eval_interval=10", timeout=240)
+    assert "2 process(es)" in proc.stdout
+    import json
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["processes"] == 2 and summary["steps"] == 10

@@ -1,0 +1,256 @@
+"""
+Train a NoPE (or RoPE) GPT at length L = block_size.
+
+    python train.py --preset=cpu                                   # NoPE, built-in corpus
+    python train.py --preset=cpu --pos_encoding=rope --out_dir=out/rope
+    python train.py --preset=cpu --resume                          # continue after a kill
+    torchrun --standalone --nproc_per_node=2 train.py --preset=gpu  # data parallel (DDP)
+
+Writes out_dir/ckpt.pt (last, with optimizer state, for --resume), out_dir/best.pt
+(lowest validation loss), out_dir/train_log.csv and out_dir/summary.json.
+"""
+
+import math
+import os
+import time
+from dataclasses import dataclass, fields
+
+import torch
+from torch.distributed import destroy_process_group, init_process_group
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common import (Progress, UserError, autocast, config_dict, format_seconds, measure, parse_config,
+                    pick_device, pick_dtype, run_main, write_csv, write_json)
+from data import Dataset
+from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
+
+
+@dataclass
+class TrainConfig:
+    # I/O
+    out_dir: str = "out/nope"           # checkpoints and logs go here
+    dataset: str = "pystdlib"           # data/NAME (prepared by data/NAME/prepare.py) or a folder
+    resume: bool = False                # continue from out_dir/ckpt.pt (model, optimizer, step)
+    init_from: str = ""                 # fine-tune: start from this checkpoint's weights, fresh optimizer
+    overwrite: bool = False             # allow a fresh run to replace an existing out_dir/ckpt.pt
+    # model
+    pos_encoding: str = "nope"          # nope | rope
+    n_layer: int = 4                    # transformer blocks
+    n_head: int = 4                     # attention heads per block
+    n_embd: int = 128                   # width
+    block_size: int = 128               # training length L
+    dropout: float = 0.0                # dropout rate (0 for these short runs)
+    bias: bool = False                  # biases in Linear and LayerNorm
+    rope_base: float = 10000.0          # RoPE base
+    rope_scaling: str = "none"          # RoPE extension to train with: none | pi | ntk | yarn
+    rope_factor: float = 1.0            # RoPE extension factor
+    # optimisation
+    batch_size: int = 64                # sequences per micro-step per process
+    gradient_accumulation_steps: int = 1  # micro-steps per optimizer step
+    max_iters: int = 2000               # optimizer steps
+    learning_rate: float = 2e-3         # peak learning rate
+    min_lr: float = 2e-4                # floor of the cosine decay
+    warmup_iters: int = 100             # linear warm-up steps
+    lr_decay_iters: int = 0             # cosine decay ends here (0 = max_iters)
+    weight_decay: float = 0.1           # AdamW weight decay on matrices
+    beta1: float = 0.9                  # AdamW beta1
+    beta2: float = 0.99                 # AdamW beta2
+    grad_clip: float = 1.0              # clip the global gradient norm (0 = off)
+    # evaluation and logging
+    eval_interval: int = 250            # validate and checkpoint every this many steps
+    eval_iters: int = 8                 # validation batches (fixed windows, same every time)
+    log_interval: int = 25              # print a progress line every this many steps
+    # system
+    device: str = "auto"                # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:1 | mps
+    dtype: str = "auto"                 # auto (bf16 on CUDA that has it, else fp32) | float32 | bfloat16
+    compile: bool = False               # torch.compile the model (slow start, faster steps)
+    seed: int = 1337                    # the same seed gives the same losses on the same machine
+    preset: str = ""                    # the preset used (set by --preset=NAME)
+
+
+MODEL_KEYS = [f.name for f in fields(GPTConfig) if f.name in TrainConfig.__dataclass_fields__]
+
+
+def get_lr(it, cfg):
+    """Linear warm-up, then cosine decay from learning_rate to min_lr."""
+    decay_iters = cfg.lr_decay_iters or cfg.max_iters
+    if it < cfg.warmup_iters:
+        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+    if it >= decay_iters:
+        return cfg.min_lr
+    ratio = (it - cfg.warmup_iters) / max(decay_iters - cfg.warmup_iters, 1)
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
+
+
+def check(cfg):
+    for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters",
+              "gradient_accumulation_steps", "eval_interval", "eval_iters", "log_interval"):
+        if getattr(cfg, k) <= 0:
+            raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
+    if cfg.learning_rate <= 0:
+        raise UserError(f"--learning_rate must be > 0, got {cfg.learning_rate}")
+    if cfg.resume and cfg.init_from:
+        raise UserError("--resume and --init_from exclude each other: resume continues out_dir, "
+                        "init_from starts a new run from another checkpoint")
+
+
+def main():
+    cfg = parse_config(TrainConfig, section="train", description=__doc__)
+    check(cfg)
+
+    # --- processes: one, or several under torchrun (DDP) ---------------------------------
+    ddp = int(os.environ.get("RANK", -1)) != -1
+    if ddp:
+        rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+        cuda = torch.cuda.is_available() and cfg.device in ("auto", "cuda")
+        init_process_group(backend="nccl" if cuda else "gloo")
+        device = f"cuda:{local_rank}" if cuda else "cpu"
+        if cuda:
+            torch.cuda.set_device(device)
+    else:
+        rank, world, device = 0, 1, pick_device(cfg.device)
+    master = rank == 0
+    dtype = pick_dtype(cfg.dtype, device)
+    ctx = autocast(device, dtype)
+    torch.manual_seed(cfg.seed)
+    if device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    ds = Dataset(cfg.dataset)
+    ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
+    log_path = os.path.join(cfg.out_dir, "train_log.csv")
+
+    # --- model: fresh, resumed, or initialised from another checkpoint ----------------
+    model_args = {k: getattr(cfg, k) for k in MODEL_KEYS} | {"vocab_size": ds.vocab_size}
+    iter_num, best_val, log_rows, ckpt = 0, float("inf"), [], None
+    if cfg.resume:
+        if not os.path.exists(ckpt_path):
+            raise UserError(f"--resume but {ckpt_path} does not exist; start without --resume")
+        model, ckpt = load_checkpoint(ckpt_path, "cpu")
+        diff = {k: (ckpt["model_args"][k], v) for k, v in model_args.items() if ckpt["model_args"].get(k) != v}
+        if diff:
+            k, (old, new) = next(iter(diff.items()))
+            raise UserError(f"{ckpt_path} was trained with {k}={old}, not {new}: pass the same settings "
+                            "to resume, or a new --out_dir")
+        iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
+        log_rows = [list(r.values()) for r in ckpt.get("log", [])]
+    else:
+        if os.path.exists(ckpt_path) and not cfg.overwrite:
+            raise UserError(f"{ckpt_path} already exists: pass --resume to continue it, --overwrite to "
+                            "replace it, or another --out_dir")
+        if cfg.init_from:
+            keep = {k: model_args[k] for k in ("block_size", "dropout", "rope_scaling", "rope_factor")}
+            model, src = load_checkpoint(cfg.init_from, "cpu", **keep)
+            if src["model_args"]["vocab_size"] != ds.vocab_size:
+                raise UserError(f"{cfg.init_from} has vocabulary {src['model_args']['vocab_size']}, "
+                                f"dataset {cfg.dataset!r} has {ds.vocab_size}")
+            model_args = {**src["model_args"], **keep}
+            for k in MODEL_KEYS:  # the shape comes from the checkpoint
+                setattr(cfg, k, model_args[k])
+        else:
+            model = GPT(GPTConfig(**model_args))
+    model.to(device)
+    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
+                                           device.split(":")[0])
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+        ckpt = None  # free memory
+    raw_model = model
+    if cfg.compile:
+        model = torch.compile(model)
+    if ddp:
+        model = DDP(model, device_ids=[int(device.split(":")[1])] if device.startswith("cuda") else None)
+
+    tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * cfg.block_size
+    val_windows = ds.windows(cfg.block_size, cfg.eval_iters * cfg.batch_size, seed=cfg.seed)
+    if master:
+        os.makedirs(cfg.out_dir, exist_ok=True)
+        print(f"{cfg.pos_encoding} GPT: {raw_model.get_num_params() / 1e6:.2f}M parameters, "
+              f"L={cfg.block_size}, {tokens_per_iter:,} tokens/step, device {device} {dtype}, "
+              f"{world} process(es)" + (f", resuming at step {iter_num}" if iter_num else ""))
+
+    def save(path, with_optimizer):
+        extra = {"iter_num": iter_num, "best_val_loss": best_val, "config": config_dict(cfg),
+                 "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")},
+                 "log": [dict(zip(LOG_HEADER, r)) for r in log_rows]}
+        if with_optimizer:
+            extra["optimizer"] = optimizer.state_dict()
+        save_checkpoint(path, raw_model, **extra)
+
+    def evaluate_and_save():
+        nonlocal best_val
+        val = float(measure(raw_model, val_windows, cfg.batch_size, ctx)["loss"].mean())
+        raw_model.train()
+        if not math.isfinite(val):
+            raise UserError(f"validation loss is {val} at step {iter_num}; nothing saved. Lower "
+                            "--learning_rate or raise --warmup_iters, then --resume from the last checkpoint")
+        log_rows.append([iter_num, round(train_loss, 5), round(val, 5), lr, round(grad_norm, 4),
+                         round(time.time() - t_start + elapsed_before, 1)])
+        if val < best_val:
+            best_val = val
+            save(os.path.join(cfg.out_dir, "best.pt"), with_optimizer=False)
+        save(ckpt_path, with_optimizer=True)
+        write_csv(log_path, log_rows, LOG_HEADER)
+        return val
+
+    # --- the loop ---------------------------------------------------------------------
+    g = torch.Generator()
+    elapsed_before = log_rows[-1][-1] if log_rows else 0.0
+    train_loss, grad_norm, lr = float("nan"), float("nan"), get_lr(iter_num, cfg)
+    loss_sum, loss_count = torch.zeros((), device=device), 0  # summed on the device: no sync per step
+    progress = Progress(cfg.max_iters, tokens_per_iter, start_step=iter_num)
+    t_start = time.time()
+    model.train()
+    while iter_num < cfg.max_iters:
+        lr = get_lr(iter_num, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        for micro in range(cfg.gradient_accumulation_steps):
+            # batches depend only on (seed, rank, step, micro-step): a resumed run sees the same data
+            g.manual_seed(cfg.seed * 1_000_003 + rank * 7_919 + iter_num * 101 + micro)
+            x, y = ds.get_batch("train", cfg.batch_size, cfg.block_size, g, device)
+            if ddp:  # sync gradients only on the last micro-step
+                model.require_backward_grad_sync = micro == cfg.gradient_accumulation_steps - 1
+            with ctx:
+                _, loss = model(x, y)
+            (loss / cfg.gradient_accumulation_steps).backward()
+            loss_sum += loss.detach()
+            loss_count += 1
+        if cfg.grad_clip > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        iter_num += 1
+
+        if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters or iter_num % cfg.eval_interval == 0:
+            train_loss = loss_sum.item() / loss_count  # mean since the last report; a NaN anywhere shows here
+            loss_sum.zero_()
+            loss_count = 0
+            if not math.isfinite(train_loss):
+                raise UserError(f"training loss is {train_loss} by step {iter_num}; no checkpoint written. Lower "
+                                "--learning_rate or raise --warmup_iters, then --resume from the last checkpoint")
+            if master and iter_num % cfg.log_interval == 0:
+                print(progress.line(iter_num, loss=train_loss, lr=f"{lr:.2e}", gnorm=f"{grad_norm:.2f}"), flush=True)
+        if master and (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters):
+            val = evaluate_and_save()
+            print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), saved {ckpt_path}", flush=True)
+
+    if master:
+        wall = time.time() - t_start + elapsed_before
+        if log_rows and log_rows[-1][0] == iter_num:
+            write_json(os.path.join(cfg.out_dir, "summary.json"), {
+                "pos_encoding": cfg.pos_encoding, "dataset": cfg.dataset, "block_size": cfg.block_size,
+                "params": raw_model.get_num_params(), "steps": iter_num, "tokens": iter_num * tokens_per_iter,
+                "final_val_loss": log_rows[-1][2], "best_val_loss": best_val, "wall_seconds": round(wall, 1),
+                "device": device, "dtype": dtype, "processes": world, "seed": cfg.seed})
+        print(f"done: {iter_num} steps, val loss {log_rows[-1][2] if log_rows else float('nan'):.4f}, "
+              f"wall {format_seconds(wall)}")
+    if ddp:
+        destroy_process_group()
+
+
+LOG_HEADER = ["step", "train_loss", "val_loss", "lr", "grad_norm", "seconds"]
+
+if __name__ == "__main__":
+    run_main(main)
