@@ -5,7 +5,7 @@ train = dict(
     n_layer=4, n_head=4, n_embd=128,
     block_size=128,          # training length L: 8L and 16L stay cheap to evaluate on a CPU
     batch_size=64,
-    max_iters=1000,
+    max_iters=800,
     learning_rate=2e-3,      # NoPE wants more than 1e-3 here (at 1e-3 its gradient norm climbs)
     min_lr=2e-4,
     warmup_iters=100,

@@ -4,3 +4,7 @@ train = dict(
     n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=8,
     max_iters=20, warmup_iters=2, eval_interval=10, eval_iters=2, log_interval=5,
 )
+
+search_scales = dict(windows=4, lam_step=0.25, steps=10, log_interval=5)
+
+evaluate = dict(windows=4, entropy_windows=2, sample_tokens=20)

@@ -1,0 +1,197 @@
+"""
+The paper's study in one command, at laptop scale:
+
+    python reproduce.py                       # built-in corpus, CPU preset, into out/study
+    python reproduce.py --preset=gpu --out_dir=out/study_gpu
+    python reproduce.py --dataset=NAME --max_iters=400   # any prepared dataset, any preset override
+
+Stages, each a run of the project's own scripts, each skipped when its outputs exist for the
+same settings (rerun after an interruption and nothing finished is lost; --force redoes all):
+  1. prepare the data (the built-in Python standard library corpus needs no download)
+  2. train the NoPE model and its RoPE twin                         (train.py)
+  3. grid-search the uniform lambda at 2L, 4L, 8L; fit HeadScale at 2L and 4L,
+     and at 4L the paper's two ablations: no clamp, no initialisation  (search_scales.py)
+  4. evaluate every variant at L..16L, plus both models reading only their last L tokens
+     (evaluate.py)
+  5. write out_dir/report.md: the table, the fitted lambda(i), the plots
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+from common import ROOT, UserError, format_seconds, parse_config, read_json, run_main, write_json
+from data import dataset_dir
+
+
+@dataclass
+class StudyConfig:
+    dataset: str = "pystdlib"           # a prepared dataset (pystdlib is prepared automatically)
+    out_dir: str = "out/study"          # everything goes here
+    preset: str = "cpu"                 # config/NAME.py: cpu | gpu | tiny
+    force: bool = False                 # redo every stage even if its outputs exist
+    # overrides of the preset's training settings (0 = the preset's value)
+    block_size: int = 0                 # training length L
+    max_iters: int = 0                  # training steps
+    n_layer: int = 0                    # layers
+    n_head: int = 0                     # heads
+    n_embd: int = 0                     # width
+    batch_size: int = 0                 # training batch
+    learning_rate: float = 0.0          # peak learning rate
+    seed: int = 0                       # training seed (0 = the preset's)
+    # the study
+    grid_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0])   # UniformScale targets (units of L)
+    fit_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0])         # HeadScale targets
+    ablation_length: float = 4.0        # where the no-clamp and no-init ablations are fitted
+    lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0, 16.0])  # evaluation lengths
+    windows: int = 0                    # evaluation windows per length (0 = the scripts' default)
+    fit_steps: int = 0                  # HeadScale steps (0 = the default, 200)
+
+
+class Stages:
+    """Runs `python cmd...` per stage unless it finished before with the same command and its
+    outputs exist. Once one stage runs, every later stage runs too (its inputs changed)."""
+
+    def __init__(self, out_dir, force):
+        self.dir, self.rerun, self.seconds = os.path.join(out_dir, "stages"), force, {}
+
+    def run(self, name, cmd, outputs, before=None):
+        stamp = os.path.join(self.dir, f"{name}.json")
+        done = read_json(stamp) if os.path.exists(stamp) else None
+        if not self.rerun and done and done["cmd"] == cmd and all(os.path.exists(p) for p in outputs):
+            print(f"[{name}] done before, skipped ({format_seconds(done['seconds'])})")
+            self.seconds[name] = done["seconds"]
+            return
+        self.rerun = True
+        if before:
+            cmd = before(done, cmd)
+        print(f"[{name}] python {' '.join(cmd)}", flush=True)
+        t0 = time.time()
+        proc = subprocess.run([sys.executable, *cmd], cwd=ROOT)
+        if proc.returncode != 0:
+            raise UserError(f"stage {name!r} failed (exit {proc.returncode}); fix the cause and rerun: "
+                            "finished stages are kept")
+        self.seconds[name] = round(time.time() - t0, 1)
+        write_json(stamp, {"cmd": [c for c in cmd if c not in ("--resume", "--overwrite")],
+                           "seconds": self.seconds[name]})
+
+
+def main():
+    cfg = parse_config(StudyConfig, section="reproduce", description=__doc__)
+    if not cfg.preset:
+        raise UserError("give --preset=NAME (cpu, gpu or tiny)")
+    t_start = time.time()
+    out = os.path.abspath(cfg.out_dir)
+    cfg.out_dir = out
+    os.makedirs(out, exist_ok=True)
+    stages = Stages(out, cfg.force)
+
+    # 1. data
+    if not (dataset_dir(cfg.dataset) / "meta.json").exists():
+        prep = ROOT / "data" / cfg.dataset / "prepare.py"
+        if cfg.dataset in ("pystdlib",) and prep.exists():
+            subprocess.run([sys.executable, str(prep)], cwd=ROOT, check=True)
+        else:
+            raise UserError(f"dataset {cfg.dataset!r} is not prepared; prepare it first (see README: data/)")
+
+    # 2. train NoPE and RoPE
+    overrides = [f"--{k}={getattr(cfg, k)}" for k in
+                 ("block_size", "max_iters", "n_layer", "n_head", "n_embd", "batch_size", "learning_rate", "seed")
+                 if getattr(cfg, k)]
+    for pe in ("nope", "rope"):
+        run_dir = os.path.join(out, pe)
+
+        def continue_or_restart(done, cmd, run_dir=run_dir):
+            if not os.path.exists(os.path.join(run_dir, "ckpt.pt")):
+                return cmd
+            # an interrupted run of the same command continues; otherwise start over
+            return cmd + (["--resume"] if done is None and not cfg.force else ["--overwrite"])
+        stages.run(f"train_{pe}", ["train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}",
+                                   f"--pos_encoding={pe}", f"--out_dir={run_dir}", *overrides],
+                   [os.path.join(run_dir, "summary.json")], continue_or_restart)
+    nope_ckpt = os.path.join(out, "nope", "ckpt.pt")
+    L = read_json(os.path.join(out, "nope", "summary.json"))["block_size"]
+
+    # 3. UniformScale grid + HeadScale fits, then the two ablations
+    scales = os.path.join(out, "scales")
+    common = [f"--ckpt={nope_ckpt}", f"--out_dir={scales}", f"--preset={cfg.preset}"]
+    if cfg.fit_steps:
+        common.append(f"--steps={cfg.fit_steps}")
+    if cfg.windows:
+        common.append(f"--windows={cfg.windows}")
+    lengths = lambda xs: ",".join(f"{x:g}" for x in xs)  # noqa: E731
+    name = lambda k: f"{k:g}L"  # noqa: E731
+    stages.run("search", ["search_scales.py", *common, f"--lengths={lengths(cfg.grid_lengths)}",
+                          f"--fit_lengths={lengths(cfg.fit_lengths)}"],
+               [os.path.join(scales, "uniform.json")] + [os.path.join(scales, f"head_{name(k)}.pt") for k in cfg.fit_lengths])
+    ab = name(cfg.ablation_length)
+    for tag, extra in (("_noclamp", ["--min_scale=0"]), ("_noinit", ["--init=1"])):
+        stages.run(f"ablation{tag}", ["search_scales.py", *common, "--grid=false",
+                                      f"--fit_lengths={cfg.ablation_length:g}", f"--tag={tag}", *extra],
+                   [os.path.join(scales, f"head_{ab}{tag}.pt")])
+
+    # 4. evaluate everything on the same windows
+    ev = os.path.join(out, "eval")
+    methods = [f"nope={nope_ckpt}", f"rope={os.path.join(out, 'rope', 'ckpt.pt')}"]
+    methods += [f"nope_uniform_{name(k)}={os.path.join(scales, f'uniform_{name(k)}.pt')}" for k in cfg.grid_lengths]
+    methods += [f"nope_headscale_{name(k)}={os.path.join(scales, f'head_{name(k)}.pt')}" for k in cfg.fit_lengths]
+    methods += [f"nope_headscale_{ab}{tag}={os.path.join(scales, f'head_{ab}{tag}.pt')}" for tag in ("_noclamp", "_noinit")]
+    eval_common = [f"--out_dir={ev}", f"--lengths={lengths(cfg.lengths)}", f"--preset={cfg.preset}"]
+    if cfg.windows:
+        eval_common.append(f"--windows={cfg.windows}")
+
+    def fresh_eval(done, cmd):  # results.json merges by method: start it afresh
+        shutil.rmtree(ev, ignore_errors=True)
+        return cmd
+    stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", *eval_common], [os.path.join(ev, "results.json")],
+               fresh_eval)
+    window_methods = f"nope_window_L={nope_ckpt},rope_window_L={os.path.join(out, 'rope', 'ckpt.pt')}"
+    stages.run("evaluate_window", ["evaluate.py", f"--ckpts={window_methods}", f"--context={L}", "--samples=false",
+                                   *eval_common, f"--search_dir={scales}"], [os.path.join(ev, "results.json")])
+
+    # 5. the report
+    write_report(cfg, out, L, stages.seconds, time.time() - t_start)
+
+
+def write_report(cfg, out, L, times, wall):
+    ev, scales = os.path.join(out, "eval"), os.path.join(out, "scales")
+    results = read_json(os.path.join(ev, "results.json"))
+    uni = read_json(os.path.join(scales, "uniform.json"))
+    tr = {pe: read_json(os.path.join(out, pe, "summary.json")) for pe in ("nope", "rope")}
+    lines = [f"# nanoNoPE study: {cfg.dataset}, preset {cfg.preset}, L = {L}", "",
+             f"NoPE validation loss at L: {tr['nope']['final_val_loss']:.4f} nats/token; "
+             f"RoPE: {tr['rope']['final_val_loss']:.4f} ({tr['nope']['params'] / 1e6:.2f}M parameters, "
+             f"{tr['nope']['steps']} steps, {tr['nope']['wall_seconds']:.0f}s and {tr['rope']['wall_seconds']:.0f}s).", "",
+             open(os.path.join(ev, "table.md")).read(), "",
+             "**UniformScale: best lambda per target length** (validation windows of search_scales.py)", "",
+             "| length | best lambda (mean loss) | loss | loss at lambda=1 | best lambda (tail) |", "|---|---:|---:|---:|---:|"]
+    for name, s in uni["lengths"].items():
+        lines.append(f"| {name} | {s['best_lam']:.2f} | {s['best_loss']:.4f} | {s['loss_at_1']:.4f} | {s['best_lam_tail']:.2f} |")
+    fit = uni["fit"]
+    lines += ["", f"Best lambda per position fitted to 1 + a ln(i/L) over L <= i <= {fit['length']}: "
+              f"a = {fit['a']:.3f}, R^2 = {fit['r2']:.3f} (paper: a = 0.30-0.40, R^2 >= 0.97).", "",
+              "**HeadScale fits**", "", "| fit | init | clamp | steps | seconds | mean lambda | min | max |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for fn in sorted(os.listdir(scales)):
+        if fn.startswith("head_") and fn.endswith(".json"):
+            s = read_json(os.path.join(scales, fn))
+            flat = [v for row in s["lam"] for v in row]
+            lines.append(f"| {fn[:-5]} | {s['init']:.2f} | {s['min_scale']:g} | {s['steps']} | {s['seconds']:.0f} | "
+                         f"{sum(flat) / len(flat):.3f} | {min(flat):.3f} | {max(flat):.3f} |")
+    lines += ["", "Plots: " + ", ".join(f"[{p}](eval/{p})" for p in sorted(os.listdir(ev)) if p.endswith(".png")),
+              "", "Samples: [eval/samples.md](eval/samples.md)", "",
+              "Stage times: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in times.items()),
+              f"(this run: {format_seconds(wall)}; stages skipped as done count their original time)."]
+    path = os.path.join(out, "report.md")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+    print("\n".join(lines))
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    run_main(main)

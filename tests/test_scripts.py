@@ -1,0 +1,127 @@
+"""search_scales.py, evaluate.py and reproduce.py end to end on a tiny trained model."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import TINY_TRAIN, run_script
+from model import load_checkpoint
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_dataset, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run")
+    run_script("train.py", f"--dataset={tiny_dataset}", f"--out_dir={out}", *TINY_TRAIN, "--max_iters=60",
+               "--eval_interval=60", "--learning_rate=5e-3")
+    return out / "ckpt.pt"
+
+
+def test_search_scales_grid_and_fit(trained, tmp_path):
+    out = tmp_path / "scales"
+    proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={out}", "--lengths=2,4",
+                      "--fit_lengths=2", "--windows=4", "--lam_step=0.5", "--steps=12", "--log_interval=4")
+    assert "lam_mean" in proc.stdout and "tok/s" in proc.stdout
+    with open(out / "grid.csv") as f:
+        grid = list(csv.DictReader(f))
+    assert sorted({float(r["lam"]) for r in grid}) == [1.0, 1.5, 2.0, 2.5] and len(grid) == 8
+    uni = json.loads((out / "uniform.json").read_text())
+    best = uni["lengths"]["2L"]["best_lam"]
+    losses = {float(r["lam"]): float(r["loss"]) for r in grid if r["length"] == "64"}
+    assert losses[best] == min(losses.values())
+    assert np.isfinite(uni["fit"]["a"])
+    model, ckpt = load_checkpoint(out / "uniform_4L.pt")
+    assert torch.allclose(model.get_head_scales(), torch.full((2, 2), uni["lengths"]["4L"]["best_lam"]))
+    fitted, info = load_checkpoint(out / "head_2L.pt")
+    lam = fitted.get_head_scales()
+    assert (lam >= 1.0).all() and not torch.allclose(lam, torch.full((2, 2), best))  # it moved, clamped
+    assert info["scales"]["init"] == best
+    plain, _ = load_checkpoint(trained)
+    for k, v in plain.state_dict().items():  # only head_scale differs from the trained model
+        if not k.endswith("head_scale"):
+            assert torch.equal(v, fitted.state_dict()[k])
+    with open(out / "head_2L.csv") as f:
+        assert len(list(csv.DictReader(f))) == 4
+
+
+def test_search_scales_ablations_and_layer_granularity(trained, tmp_path):
+    out = tmp_path / "scales"
+    common = [f"--ckpt={trained}", f"--out_dir={out}", "--grid=false", "--fit_lengths=2", "--steps=8",
+              "--lr=0.5"]
+    run_script("search_scales.py", *common, "--init=1", "--min_scale=0", "--tag=_free")
+    lam = load_checkpoint(out / "head_2L_free.pt")[0].get_head_scales()
+    assert not torch.allclose(lam, torch.ones(2, 2))
+    run_script("search_scales.py", *common, "--init=1.3", "--granularity=layer")
+    lam = load_checkpoint(out / "layer_2L.pt")[0].get_head_scales()
+    assert torch.equal(lam[:, 0], lam[:, 1])  # one lambda per layer
+    proc = run_script("search_scales.py", *common, check=False)  # no grid was run: no init to take
+    assert proc.returncode == 2 and "--init=VALUE" in proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lam_step=0"], "empty lambda grid"),
+    (["--lam_min=0"], "lambda must be > 0"),
+    (["--lengths=-2"], "must be > 0"),
+])
+def test_search_scales_bad_input(trained, tmp_path, args, message):
+    proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", *args, check=False)
+    assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_search_scales_rejects_a_foreign_checkpoint(tmp_path):
+    torch.save({"state": 1}, tmp_path / "x.pt")
+    proc = run_script("search_scales.py", f"--ckpt={tmp_path / 'x.pt'}", check=False)
+    assert proc.returncode == 2 and "not a nanoNoPE checkpoint" in proc.stderr
+
+
+def test_evaluate_tables_plots_and_merging(trained, tmp_path):
+    out = tmp_path / "eval"
+    common = [f"--out_dir={out}", "--lengths=1,2,4", "--windows=4", "--entropy_windows=2", "--sample_tokens=10"]
+    proc = run_script("evaluate.py", f"--ckpts=nope={trained}", *common)
+    assert "| nope |" in proc.stdout
+    run_script("evaluate.py", f"--ckpts=nope_window_L={trained}", "--context=32", "--samples=false", *common)
+    res = json.loads((out / "results.json").read_text())
+    assert set(res["methods"]) == {"nope", "nope_window_L"} and res["train_len"] == 32
+    m = res["methods"]["nope"]
+    assert m["lengths"] == [32, 64, 128] and m["scales"] is None and m["tokens"] == [128, 256, 512]
+    assert res["methods"]["nope_window_L"]["loss"][0] == m["loss"][0]  # a window of L changes nothing at L
+    ent = json.loads((out / "entropy.json").read_text())["nope"]
+    e = np.array(ent["entropy_bits"])
+    assert e.shape[:2] == (2, 2) and (e <= np.array(ent["bound_bits"]) + 1e-3).all()
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 2 * 3 and {r["protocol"] for r in rows} == {"mean", "tail"}
+    for png in ("loss_vs_length.png", "position_loss.png", "entropy.png"):
+        (out / png).unlink()
+    run_script("evaluate.py", f"--out_dir={out}", "--plot_only")  # plots come from the files alone
+    assert (out / "loss_vs_length.png").stat().st_size > 10_000 and (out / "entropy.png").exists()
+    # a different protocol cannot be merged into the same table
+    proc = run_script("evaluate.py", f"--ckpts=x={trained}", f"--out_dir={out}", "--windows=5", check=False)
+    assert proc.returncode == 2 and "other settings" in proc.stderr
+
+
+def test_evaluate_bad_input(trained, tmp_path):
+    proc = run_script("evaluate.py", f"--ckpts=a={tmp_path / 'missing.pt'}", f"--out_dir={tmp_path}", check=False)
+    assert proc.returncode == 2 and "no checkpoint" in proc.stderr
+    proc = run_script("evaluate.py", f"--ckpts=a={trained}", f"--out_dir={tmp_path}", "--lengths=1000",
+                      check=False)
+    assert proc.returncode == 2 and "longest length available" in proc.stderr
+
+
+def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
+    out = tmp_path / "study"
+    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", timeout=600)
+    assert (out / "report.md").exists()
+    res = json.loads((out / "eval" / "results.json").read_text())
+    expected = {"nope", "rope", "nope_uniform_2L", "nope_uniform_4L", "nope_uniform_8L", "nope_headscale_2L",
+                "nope_headscale_4L", "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit", "nope_window_L",
+                "rope_window_L"}
+    assert set(res["methods"]) == expected
+    for m in res["methods"].values():
+        assert set(m) >= {"lengths", "loss", "tail_loss", "scales"} and len(m["loss"]) == 5
+    again = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}")
+    assert again.stdout.count("done before, skipped") == 7
