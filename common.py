@@ -286,10 +286,49 @@ class Progress:
 # -----------------------------------------------------------------------------
 # Measuring: per-position loss and attention entropy on fixed windows
 
+def _losses(model, x, y, ctx, mask_window, entropy, chunk):
+    """Per-token losses (B, T) and, with entropy, per-layer (B, n_head, T) entropies stacked
+    to (B, n_layer, n_head, T)."""
+    ent = [] if entropy else None
+    with ctx:
+        _, loss = model(x, y, window=mask_window, explicit=entropy, entropy=ent, chunk=chunk, reduction="none")
+    return loss.float(), (torch.stack(ent, dim=1) if entropy else None)
+
+
+def _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size):
+    """Each token reads only (about) its last `context` tokens: positions < context come from the
+    window's first `context` tokens; later ones from sub-windows of `context` tokens that end
+    at them, stride s = context/8, each scoring its last s positions (so every scored token
+    sees between 7/8 and all of `context` tokens). Costs about 8x a plain pass."""
+    B, T = x.shape
+    loss, ent = _losses(model, x[:, :context], y[:, :context], ctx, None, entropy, chunk)
+    losses, ents = [loss], [ent]
+    s = max(1, context // 8)
+    ends = [min(c + s, T) for c in range(context, T, s)]      # each sub-window ends here (exclusive)
+    starts = [e - context for e in ends]
+    xs = torch.cat([x[:, a:e] for a, e in zip(starts, ends)])  # (B * K, context), sub-window-major
+    ys = torch.cat([y[:, a:e] for a, e in zip(starts, ends)])
+    parts = [_losses(model, xs[i:i + batch_size], ys[i:i + batch_size], ctx, None, entropy, chunk)
+             for i in range(0, xs.size(0), batch_size)]
+    sub_loss = torch.cat([p[0] for p in parts]).view(len(ends), B, context)
+    sub_ent = torch.cat([p[1] for p in parts]).view(len(ends), B, *parts[0][1].shape[1:]) if entropy else None
+    prev = context
+    for k, e in enumerate(ends):  # keep the positions prev..e-1, the tail of sub-window k
+        losses.append(sub_loss[k][:, context - (e - prev):])
+        if entropy:
+            ents.append(sub_ent[k][..., context - (e - prev):])
+        prev = e
+    return torch.cat(losses, dim=1), (torch.cat(ents, dim=-1) if entropy else None)
+
+
 @torch.no_grad()
-def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), window=None, entropy=False,
-            chunk=256):
+def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=None, context_mode="recompute",
+            entropy=False, chunk=256):
     """Run model over windows (k, n+1) tokens: inputs are the first n, targets the last n.
+    context: each token reads at most its last `context` tokens, by recomputation over
+    sub-windows (context_mode="recompute", exact: the model sees only those tokens) or by a
+    sliding-window attention mask in every layer ("mask": through the layers information
+    still flows from further back, and a NoPE model loses its sense of position).
     Returns {'loss': (n,) mean loss per position in nats, 'tokens': k * n,
              'entropy': (n_layer, n_head, n) mean attention entropy in bits, or None}.
     Uses the fused SDPA path unless entropy is asked for."""
@@ -300,13 +339,14 @@ def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), window=Non
     ent_sum = None
     for b in range(0, k, batch_size):
         xy = windows[b:b + batch_size].to(device)
-        ent = [] if entropy else None
-        with ctx:
-            _, loss = model(xy[:, :-1], xy[:, 1:], window=window, explicit=entropy, entropy=ent,
-                            chunk=chunk, reduction="none")  # (B, n)
-        loss_sum += loss.double().sum(0).cpu()
+        x, y = xy[:, :-1], xy[:, 1:]
+        if context and context < n and context_mode == "recompute":
+            loss, ent = _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size)
+        else:
+            loss, ent = _losses(model, x, y, ctx, context if context_mode == "mask" else None, entropy, chunk)
+        loss_sum += loss.double().sum(0).cpu()                     # (n,)
         if entropy:
-            e = torch.stack([x.double().sum(0) for x in ent]).cpu()  # (n_layer, n_head, n)
+            e = ent.double().sum(0).cpu()                          # (n_layer, n_head, n)
             ent_sum = e if ent_sum is None else ent_sum + e
     out = {"loss": (loss_sum / k).numpy(), "tokens": k * n, "entropy": None}
     if entropy:

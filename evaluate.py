@@ -39,7 +39,11 @@ class EvalConfig:
     lengths: list[float] = field(default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0])  # units of L
     windows: int = 64                   # windows per length (fixed, seeded, inside documents)
     tail: int = 0                       # tokens scored by the tail metric (0 = L/8, the paper's 256/2048)
-    context: int = 0                    # context limit W: each token sees only the last W tokens (0 = all)
+    context: int = 0                    # context limit W: each token reads only its last W tokens (0 = all)
+    context_mode: str = "recompute"     # recompute (sub-windows of W tokens: exact) | mask (sliding-window mask)
+    rope_scaling: str = ""              # RoPE checkpoints, zero-shot: pi | ntk | yarn ('' = as trained)
+    rope_factors: str = ""              # rope_factors.json of search_scales.py: best factor per length
+                                        # ('' or a length not in it: factor n / L)
     entropy: bool = True                # measure attention entropy at the longest length (explicit path)
     entropy_windows: int = 16           # windows for the entropy measurement
     bin: int = 0                        # position bin width for curves (0 = L/16)
@@ -92,18 +96,39 @@ def binned(values, width):
 # -----------------------------------------------------------------------------
 # Measuring
 
+def rope_factor_for(cfg, n, L):
+    """The RoPE extension factor used at length n: the searched best, else n / L (at least 1)."""
+    if cfg.rope_factors:
+        best = read_json(cfg.rope_factors)["methods"].get(cfg.rope_scaling, {})
+        for s in best.values():
+            if s["length"] == n:
+                return s["best_factor"]
+    return max(1.0, n / L)
+
+
+def set_length(model, cfg, n, L):
+    """Per-length settings: the RoPE extension factor for zero-shot rows. Returns it (or None)."""
+    if not cfg.rope_scaling:
+        return None
+    model.config.rope_scaling = cfg.rope_scaling
+    model.config.rope_factor = rope_factor_for(cfg, n, L)
+    return model.config.rope_factor
+
+
 def evaluate_model(name, model, ds, cfg, L, ctx):
     lengths = length_list(cfg.lengths, L)
     tail = cfg.tail or default_tail(L)
     window = cfg.context or None
     width = cfg.bin or max(1, L // 16)
-    res = {"context": window, "lengths": [], "loss": [], "tail_loss": [], "tokens": [], "tail_tokens": [],
+    res = {"context": window, "context_mode": cfg.context_mode if window else None, "lengths": [], "loss": [], "tail_loss": [], "tokens": [], "tail_tokens": [],
            "scales": scales_of(model), "pos_encoding": model.config.pos_encoding}
     curve = None
+    factors = []
     for n in lengths:
         t0 = time.time()
+        factors.append(set_length(model, cfg, n, L))
         windows = ds.windows(n, cfg.windows, seed=cfg.seed)
-        m = measure(model, windows, cfg.batch_size, ctx, window=window)
+        m = measure(model, windows, cfg.batch_size, ctx, context=window, context_mode=cfg.context_mode)
         res["lengths"].append(n)
         res["loss"].append(round(float(m["loss"].mean()), 5))
         res["tail_loss"].append(round(float(m["loss"][-tail:].mean()), 5))
@@ -112,6 +137,8 @@ def evaluate_model(name, model, ds, cfg, L, ctx):
         curve = m["loss"]  # the longest length's per-position loss is kept
         print(f"{name:>24} n={n:5d}: loss {res['loss'][-1]:.4f} tail {res['tail_loss'][-1]:.4f} "
               f"({m['tokens']:,} tokens, {time.time() - t0:.1f}s)", flush=True)
+    if cfg.rope_scaling:
+        res["scales"] = factors  # the extension factor at each length
     centers, values = binned(curve, width)
     positions = {"length": lengths[-1], "bin": width, "positions": centers.tolist(),
                  "loss": np.round(values, 5).tolist()}
@@ -119,7 +146,8 @@ def evaluate_model(name, model, ds, cfg, L, ctx):
     if cfg.entropy:
         t0 = time.time()
         windows = ds.windows(lengths[-1], cfg.entropy_windows, seed=cfg.seed + 1)
-        m = measure(model, windows, cfg.batch_size, ctx, window=window, entropy=True, chunk=cfg.chunk)
+        m = measure(model, windows, cfg.batch_size, ctx, context=window, context_mode=cfg.context_mode,
+                    entropy=True, chunk=cfg.chunk)
         centers, ent = binned(m["entropy"], width)  # (n_layer, n_head, bins)
         entropy = {"length": lengths[-1], "bin": width, "positions": centers.tolist(),
                    "entropy_bits": np.round(ent, 4).tolist(),
@@ -130,6 +158,7 @@ def evaluate_model(name, model, ds, cfg, L, ctx):
 
 def sample(model, ds, cfg, L, device):
     """Continue a 3L-token validation prompt, so the model writes well past L."""
+    set_length(model, cfg, 4 * L, L)
     prompt = ds.windows(3 * L, 1, seed=cfg.seed + 2)[:, :3 * L].to(device)
     g = torch.Generator(device=device).manual_seed(cfg.seed)
     out = model.generate(prompt, cfg.sample_tokens, temperature=0.8, window=cfg.context or None, generator=g)
@@ -317,6 +346,12 @@ def main():
             raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
     if cfg.context < 0:
         raise UserError(f"--context must be >= 0 (0 = no limit), got {cfg.context}")
+    if cfg.context_mode not in ("recompute", "mask"):
+        raise UserError(f"--context_mode must be recompute or mask, got {cfg.context_mode!r}")
+    if cfg.rope_scaling not in ("", "pi", "ntk", "yarn"):
+        raise UserError(f"--rope_scaling must be pi, ntk or yarn, got {cfg.rope_scaling!r}")
+    if cfg.rope_factors and not os.path.exists(cfg.rope_factors):
+        raise UserError(f"--rope_factors={cfg.rope_factors} does not exist; run search_scales.py --rope_grid first")
     ckpts = parse_ckpts(cfg.ckpts)
     device = pick_device(cfg.device)
     ctx = autocast(device, pick_dtype(cfg.dtype, device))
@@ -326,6 +361,8 @@ def main():
         raise UserError(f"these checkpoints do not share a training length and vocabulary {sorted(shapes)}; "
                         "evaluate them into separate --out_dir folders")
     L = shapes.pop()[0]
+    if cfg.rope_scaling and any(m.config.pos_encoding != "rope" for m, _ in models.values()):
+        raise UserError("--rope_scaling applies to RoPE checkpoints only; evaluate NoPE ones in another run")
     first = next(iter(models.values()))[1]
     dataset = cfg.dataset or first.get("dataset", {}).get("name") or first.get("config", {}).get("dataset")
     if not dataset:

@@ -11,6 +11,9 @@ same settings (rerun after an interruption and nothing finished is lost; --force
   2. train the NoPE model and its RoPE twin                         (train.py)
   3. grid-search the uniform lambda at 2L, 4L, 8L; fit HeadScale at 2L and 4L,
      and at 4L the paper's two ablations: no clamp, no initialisation  (search_scales.py)
+  3b. the RoPE baselines: the best zero-shot factor of PI, NTK-aware and YaRN per length
+     (search_scales.py --rope_grid), and PI and YaRN fine-tuned at 4L with HeadScale's budget
+     of steps and sequences (train.py --init_from)
   4. evaluate every variant at L..16L, plus both models reading only their last L tokens
      (evaluate.py)
   5. write out_dir/report.md: the table, the fitted lambda(i), the plots
@@ -23,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from common import ROOT, UserError, format_seconds, parse_config, read_json, run_main, write_json
+from common import ROOT, UserError, format_seconds, load_preset, parse_config, read_json, run_main, write_json
 from data import dataset_dir
 
 
@@ -48,7 +51,11 @@ class StudyConfig:
     ablation_length: float = 4.0        # where the no-clamp and no-init ablations are fitted
     lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0, 16.0])  # evaluation lengths
     windows: int = 0                    # evaluation windows per length (0 = the scripts' default)
-    fit_steps: int = 0                  # HeadScale steps (0 = the default, 200)
+    fit_steps: int = 0                  # HeadScale steps (0 = the preset's, else 200)
+    rope_baselines: bool = True         # RoPE with PI, NTK-aware and YaRN: zero-shot and fine-tuned rows
+    rope_grid_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0, 16.0])  # factor grid targets
+    finetune_length: float = 4.0        # fine-tuned PI and YaRN: trained at this length (units of L)
+    finetune_lr: float = 2e-4           # their learning rate (all weights; steps and sequences as HeadScale)
 
 
 class Stages:
@@ -61,7 +68,8 @@ class Stages:
     def run(self, name, cmd, outputs, before=None):
         stamp = os.path.join(self.dir, f"{name}.json")
         done = read_json(stamp) if os.path.exists(stamp) else None
-        if not self.rerun and done and done["cmd"] == cmd and all(os.path.exists(p) for p in outputs):
+        same = [c for c in cmd if c not in ("--resume", "--overwrite")]  # how a run starts is not what it is
+        if not self.rerun and done and done["cmd"] == same and all(os.path.exists(p) for p in outputs):
             print(f"[{name}] done before, skipped ({format_seconds(done['seconds'])})")
             self.seconds[name] = done["seconds"]
             return
@@ -75,8 +83,7 @@ class Stages:
             raise UserError(f"stage {name!r} failed (exit {proc.returncode}); fix the cause and rerun: "
                             "finished stages are kept")
         self.seconds[name] = round(time.time() - t0, 1)
-        write_json(stamp, {"cmd": [c for c in cmd if c not in ("--resume", "--overwrite")],
-                           "seconds": self.seconds[name]})
+        write_json(stamp, {"cmd": same, "seconds": self.seconds[name]})
 
 
 def main():
@@ -123,22 +130,47 @@ def main():
     if cfg.windows:
         common.append(f"--windows={cfg.windows}")
     lengths = lambda xs: ",".join(f"{x:g}" for x in xs)  # noqa: E731
-    name = lambda k: f"{k:g}L"  # noqa: E731
     stages.run("search", ["search_scales.py", *common, f"--lengths={lengths(cfg.grid_lengths)}",
                           f"--fit_lengths={lengths(cfg.fit_lengths)}"],
-               [os.path.join(scales, "uniform.json")] + [os.path.join(scales, f"head_{name(k)}.pt") for k in cfg.fit_lengths])
-    ab = name(cfg.ablation_length)
+               [os.path.join(scales, "uniform.json")] + [os.path.join(scales, f"head_{name_of(k)}.pt") for k in cfg.fit_lengths])
+    ab = name_of(cfg.ablation_length)
     for tag, extra in (("_noclamp", ["--min_scale=0"]), ("_noinit", ["--init=1"])):
         stages.run(f"ablation{tag}", ["search_scales.py", *common, "--grid=false",
                                       f"--fit_lengths={cfg.ablation_length:g}", f"--tag={tag}", *extra],
                    [os.path.join(scales, f"head_{ab}{tag}.pt")])
 
+    # 3b. the RoPE baselines: the best zero-shot factor per length, and PI / YaRN fine-tuned with
+    # HeadScale's budget (its steps and sequences, at its length) but all weights trained
+    rope_ckpt = os.path.join(out, "rope", "ckpt.pt")
+    rope_scales = os.path.join(out, "scales_rope")
+    ft = name_of(cfg.finetune_length)
+    if cfg.rope_baselines:
+        stages.run("rope_grid", ["search_scales.py", f"--ckpt={rope_ckpt}", f"--out_dir={rope_scales}",
+                                 f"--preset={cfg.preset}", "--grid=false", "--fit_lengths=", "--rope_grid",
+                                 f"--lengths={lengths(cfg.rope_grid_lengths)}"]
+                   + ([f"--windows={cfg.windows}"] if cfg.windows else []),
+                   [os.path.join(rope_scales, "rope_factors.json")])
+        search_preset = load_preset(cfg.preset, "search_scales")
+        steps = cfg.fit_steps or search_preset.get("steps", 200)
+        batch = search_preset.get("fit_batch_size", 4)
+        for method in ("pi", "yarn"):
+            run_dir = os.path.join(out, f"rope_{method}_ft_{ft}")
+            stages.run(f"rope_{method}_ft", [
+                "train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}", f"--init_from={rope_ckpt}",
+                f"--out_dir={run_dir}", f"--block_size={int(cfg.finetune_length * L)}", f"--rope_scaling={method}",
+                f"--rope_factor={cfg.finetune_length:g}", f"--max_iters={steps}", f"--batch_size={batch}",
+                f"--learning_rate={cfg.finetune_lr:g}", f"--min_lr={cfg.finetune_lr / 10:g}",
+                f"--warmup_iters={max(1, steps // 10)}", f"--eval_interval={steps}", "--overwrite"],
+                [os.path.join(run_dir, "summary.json")])
+
     # 4. evaluate everything on the same windows
     ev = os.path.join(out, "eval")
     methods = [f"nope={nope_ckpt}", f"rope={os.path.join(out, 'rope', 'ckpt.pt')}"]
-    methods += [f"nope_uniform_{name(k)}={os.path.join(scales, f'uniform_{name(k)}.pt')}" for k in cfg.grid_lengths]
-    methods += [f"nope_headscale_{name(k)}={os.path.join(scales, f'head_{name(k)}.pt')}" for k in cfg.fit_lengths]
+    methods += [f"nope_uniform_{name_of(k)}={os.path.join(scales, f'uniform_{name_of(k)}.pt')}" for k in cfg.grid_lengths]
+    methods += [f"nope_headscale_{name_of(k)}={os.path.join(scales, f'head_{name_of(k)}.pt')}" for k in cfg.fit_lengths]
     methods += [f"nope_headscale_{ab}{tag}={os.path.join(scales, f'head_{ab}{tag}.pt')}" for tag in ("_noclamp", "_noinit")]
+    if cfg.rope_baselines:
+        methods += [f"rope_{m}_ft_{ft}={os.path.join(out, f'rope_{m}_ft_{ft}', 'ckpt.pt')}" for m in ("pi", "yarn")]
     eval_common = [f"--out_dir={ev}", f"--lengths={lengths(cfg.lengths)}", f"--preset={cfg.preset}"]
     if cfg.windows:
         eval_common.append(f"--windows={cfg.windows}")
@@ -148,12 +180,23 @@ def main():
         return cmd
     stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", *eval_common], [os.path.join(ev, "results.json")],
                fresh_eval)
-    window_methods = f"nope_window_L={nope_ckpt},rope_window_L={os.path.join(out, 'rope', 'ckpt.pt')}"
+    if cfg.rope_baselines:
+        for m in ("pi", "ntk", "yarn"):
+            stages.run(f"evaluate_rope_{m}", ["evaluate.py", f"--ckpts=rope_{m}_zeroshot={rope_ckpt}",
+                                              f"--rope_scaling={m}", f"--rope_factors={rope_scales}/rope_factors.json",
+                                              "--samples=false", "--entropy=false", *eval_common],
+                       [os.path.join(ev, "results.json")])
+    window_methods = f"nope_window_L={nope_ckpt},rope_window_L={rope_ckpt}"
     stages.run("evaluate_window", ["evaluate.py", f"--ckpts={window_methods}", f"--context={L}", "--samples=false",
                                    *eval_common, f"--search_dir={scales}"], [os.path.join(ev, "results.json")])
 
     # 5. the report
     write_report(cfg, out, L, stages.seconds, time.time() - t_start)
+
+
+def name_of(k):
+    """2.0 -> '2L': how lengths are named in file names and results.json."""
+    return f"{k:g}L"
 
 
 def write_report(cfg, out, L, times, wall):
@@ -181,6 +224,22 @@ def write_report(cfg, out, L, times, wall):
             flat = [v for row in s["lam"] for v in row]
             lines.append(f"| {fn[:-5]} | {s['init']:.2f} | {s['min_scale']:g} | {s['steps']} | {s['seconds']:.0f} | "
                          f"{sum(flat) / len(flat):.3f} | {min(flat):.3f} | {max(flat):.3f} |")
+    n_params = tr["nope"]["params"]
+    lines += ["", "**Numbers fitted past training** (beside each row of the table)", "",
+              "| rows | what is fitted | how many |", "|---|---|---:|",
+              "| nope_uniform_* | one lambda, grid search on validation loss | 1 |"]
+    if cfg.fit_lengths:
+        lam = read_json(os.path.join(scales, f"head_{name_of(cfg.fit_lengths[0])}.json"))["lam"]
+        lines.append(f"| nope_headscale_* | one lambda per (layer, head), gradient fit | {len(lam) * len(lam[0])} |")
+    if cfg.rope_baselines:
+        lines += ["| rope_*_zeroshot | one factor per length, grid search on validation loss | 1 |",
+                  f"| rope_*_ft_* | every weight, fine-tuned | {n_params:,} |"]
+        rf = read_json(os.path.join(out, "scales_rope", "rope_factors.json"))["methods"]
+        lines += ["", "**RoPE zero-shot: best factor per length**", "",
+                  "| method | " + " | ".join(next(iter(rf.values())).keys()) + " |",
+                  "|---|" + "---:|" * len(next(iter(rf.values())))]
+        for m, by_len in rf.items():
+            lines.append(f"| {m} | " + " | ".join(f"{s['best_factor']:g}" for s in by_len.values()) + " |")
     lines += ["", "Plots: " + ", ".join(f"[{p}](eval/{p})" for p in sorted(os.listdir(ev)) if p.endswith(".png")),
               "", "Samples: [eval/samples.md](eval/samples.md)", "",
               "Stage times: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in times.items()),

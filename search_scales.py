@@ -62,6 +62,10 @@ class SearchConfig:
     beta2: float = 0.95                 # AdamW beta2
     fit_batch_size: int = 4             # training sequences per fit step
     tag: str = ""                       # suffix for the fit's output names (e.g. _noclamp)
+    # RoPE baselines: zero-shot extension factors (RoPE checkpoints only)
+    rope_grid: bool = False             # grid over the factor of each rope_method at each of `lengths`
+    rope_methods: list[str] = field(default_factory=lambda: ["pi", "ntk", "yarn"])  # PI, NTK-aware, YaRN
+    factors: list[float] = field(default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0])  # grid
     # system
     batch_size: int = 8                 # evaluation batch size
     seed: int = 4321                    # windows and fit batches (evaluate.py uses other windows)
@@ -89,6 +93,11 @@ def check(cfg):
         raise UserError(f"--granularity must be head, layer or uniform, got {cfg.granularity!r}")
     if cfg.select not in ("loss", "tail"):
         raise UserError(f"--select must be loss or tail, got {cfg.select!r}")
+    if any(f < 1 for f in cfg.factors) or not cfg.factors:
+        raise UserError(f"--factors must be >= 1 (1 = plain RoPE), got {cfg.factors}")
+    for m in cfg.rope_methods:
+        if m not in ("pi", "ntk", "yarn"):
+            raise UserError(f"--rope_methods takes pi, ntk, yarn; got {m!r}")
     for k in ("windows", "steps", "fit_batch_size", "batch_size"):
         if getattr(cfg, k) <= 0:
             raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
@@ -146,6 +155,32 @@ def grid_search(model, ds, cfg, L, ctx):
               f"(lam=1: {s['tail_loss_at_1']:.4f}) | lam(i) fit a={a:.3f} R2={r2:.3f} | {time.time() - t0:.0f}s",
               flush=True)
     return rows, summary, tail
+
+
+def rope_factor_grid(model, ds, cfg, L, ctx):
+    """Zero-shot RoPE extension, the paper's "best of grid" rows: for each method and target
+    length, the validation loss of every factor; the best factor is kept per length."""
+    tail = cfg.tail or default_tail(L)
+    rows, best = [], {m: {} for m in cfg.rope_methods}
+    for n in length_list(cfg.lengths, L):
+        windows = ds.windows(n, cfg.windows, seed=cfg.seed)
+        for method in cfg.rope_methods:
+            model.config.rope_scaling = method
+            loss, tail_loss = [], []
+            for s in cfg.factors:
+                model.config.rope_factor = s  # the cos/sin tables are computed from the config on every call
+                per_pos = measure(model, windows, cfg.batch_size, ctx)["loss"]
+                loss.append(float(per_pos.mean()))
+                tail_loss.append(float(per_pos[-tail:].mean()))
+                rows.append([method, n, s, round(loss[-1], 5), round(tail_loss[-1], 5)])
+            i = int(np.argmin(loss if cfg.select == "loss" else tail_loss))
+            best[method][length_name(n, L)] = {"length": n, "best_factor": cfg.factors[i], "loss": loss[i],
+                                               "tail_loss": tail_loss[i], "loss_at_1": loss[cfg.factors.index(1.0)]
+                                               if 1.0 in cfg.factors else None}
+            print(f"{length_name(n, L):>4} {method:>4}: best factor {cfg.factors[i]:g}, loss {loss[i]:.4f} "
+                  f"tail {tail_loss[i]:.4f}", flush=True)
+    model.config.rope_scaling, model.config.rope_factor = "none", 1.0
+    return rows, best, tail
 
 
 # -----------------------------------------------------------------------------
@@ -230,6 +265,15 @@ def main():
         model.set_head_scales(1.0)
         print(f"wrote {out}/grid.csv, uniform.json, uniform_*.pt; lam(i) = 1 + a ln(i/L) at "
               f"{longest['length']}: a = {longest['fit_a']:.3f}, R2 = {longest['fit_r2']:.3f}")
+
+    if cfg.rope_grid:
+        if model.config.pos_encoding != "rope":
+            raise UserError(f"--rope_grid needs a RoPE checkpoint; {cfg.ckpt} is {model.config.pos_encoding}")
+        rows, best, tail = rope_factor_grid(model, ds, cfg, L, ctx)
+        write_csv(os.path.join(out, "rope_grid.csv"), rows, ["method", "length", "factor", "loss", "tail_loss"])
+        write_json(os.path.join(out, "rope_factors.json"), base | {"tail": tail, "select": cfg.select,
+                                                                   "seed": cfg.seed, "methods": best})
+        print(f"wrote {out}/rope_grid.csv, rope_factors.json")
 
     # --- 2. HeadScale (or per-layer) gradient fit -----------------------------------------
     for n in length_list(cfg.fit_lengths, L):

@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common import (Progress, UserError, autocast, config_dict, format_seconds, measure, parse_config,
                     pick_device, pick_dtype, run_main, write_csv, write_json)
 from data import Dataset
+from data.passkey import Passkey
 from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
 
 
@@ -31,7 +32,7 @@ class TrainConfig:
     out_dir: str = "out/nope"           # checkpoints and logs go here
     dataset: str = "pystdlib"           # data/NAME (prepared by data/NAME/prepare.py) or a folder
     resume: bool = False                # continue from out_dir/ckpt.pt (model, optimizer, step)
-    init_from: str = ""                 # fine-tune: start from this checkpoint's weights, fresh optimizer
+    init_from: str = ""                 # fine-tune: start from this checkpoint's weights and shape, fresh optimizer
     overwrite: bool = False             # allow a fresh run to replace an existing out_dir/ckpt.pt
     # model
     pos_encoding: str = "nope"          # nope | rope
@@ -56,6 +57,7 @@ class TrainConfig:
     beta1: float = 0.9                  # AdamW beta1
     beta2: float = 0.99                 # AdamW beta2
     grad_clip: float = 1.0              # clip the global gradient norm (0 = off)
+    passkey_frac: float = 0.0           # share of each batch replaced by passkey examples (data/passkey.py)
     # evaluation and logging
     eval_interval: int = 250            # validate and checkpoint every this many steps
     eval_iters: int = 8                 # validation batches (fixed windows, same every time)
@@ -87,11 +89,10 @@ def check(cfg):
               "gradient_accumulation_steps", "eval_interval", "eval_iters", "log_interval"):
         if getattr(cfg, k) <= 0:
             raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
+    if not 0 <= cfg.passkey_frac <= 1:
+        raise UserError(f"--passkey_frac must be between 0 and 1, got {cfg.passkey_frac}")
     if cfg.learning_rate <= 0:
         raise UserError(f"--learning_rate must be > 0, got {cfg.learning_rate}")
-    if cfg.resume and cfg.init_from:
-        raise UserError("--resume and --init_from exclude each other: resume continues out_dir, "
-                        "init_from starts a new run from another checkpoint")
 
 
 def main():
@@ -122,17 +123,26 @@ def main():
     log_path = os.path.join(cfg.out_dir, "train_log.csv")
 
     # --- model: fresh, resumed, or initialised from another checkpoint ----------------
-    model_args = {k: getattr(cfg, k) for k in MODEL_KEYS} | {"vocab_size": ds.vocab_size}
+    # cfg.block_size is the length we train on. Fine-tuning (--init_from) takes the model's shape
+    # from that checkpoint, and keeps its L (config.block_size: what results count lengths in).
+    src_args = None
+    if cfg.init_from:
+        src_args = load_checkpoint(cfg.init_from, "cpu")[1]["model_args"]
+        if src_args["vocab_size"] != ds.vocab_size:
+            raise UserError(f"{cfg.init_from} has vocabulary {src_args['vocab_size']}, dataset {cfg.dataset!r} "
+                            f"has {ds.vocab_size}")
+        for k in ("n_layer", "n_head", "n_embd", "bias", "pos_encoding", "rope_base"):
+            setattr(cfg, k, src_args[k])
     iter_num, best_val, log_rows, ckpt = 0, float("inf"), [], None
     if cfg.resume:
         if not os.path.exists(ckpt_path):
             raise UserError(f"--resume but {ckpt_path} does not exist; start without --resume")
         model, ckpt = load_checkpoint(ckpt_path, "cpu")
-        diff = {k: (ckpt["model_args"][k], v) for k, v in model_args.items() if ckpt["model_args"].get(k) != v}
-        if diff:
-            k, (old, new) = next(iter(diff.items()))
-            raise UserError(f"{ckpt_path} was trained with {k}={old}, not {new}: pass the same settings "
-                            "to resume, or a new --out_dir")
+        saved = ckpt.get("config", {})
+        for k in MODEL_KEYS + ["init_from"]:
+            if saved.get(k) != getattr(cfg, k):
+                raise UserError(f"{ckpt_path} was trained with {k}={saved.get(k)}, not {getattr(cfg, k)}: pass "
+                                "the same settings to resume, or a new --out_dir")
         iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
         log_rows = [list(r.values()) for r in ckpt.get("log", [])]
     else:
@@ -140,16 +150,10 @@ def main():
             raise UserError(f"{ckpt_path} already exists: pass --resume to continue it, --overwrite to "
                             "replace it, or another --out_dir")
         if cfg.init_from:
-            keep = {k: model_args[k] for k in ("block_size", "dropout", "rope_scaling", "rope_factor")}
-            model, src = load_checkpoint(cfg.init_from, "cpu", **keep)
-            if src["model_args"]["vocab_size"] != ds.vocab_size:
-                raise UserError(f"{cfg.init_from} has vocabulary {src['model_args']['vocab_size']}, "
-                                f"dataset {cfg.dataset!r} has {ds.vocab_size}")
-            model_args = {**src["model_args"], **keep}
-            for k in MODEL_KEYS:  # the shape comes from the checkpoint
-                setattr(cfg, k, model_args[k])
+            model, _ = load_checkpoint(cfg.init_from, "cpu", dropout=cfg.dropout, rope_scaling=cfg.rope_scaling,
+                                       rope_factor=cfg.rope_factor)
         else:
-            model = GPT(GPTConfig(**model_args))
+            model = GPT(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS}, vocab_size=ds.vocab_size))
     model.to(device)
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
                                            device.split(":")[0])
@@ -162,12 +166,19 @@ def main():
     if ddp:
         model = DDP(model, device_ids=[int(device.split(":")[1])] if device.startswith("cuda") else None)
 
+    passkey, n_passkey = None, int(round(cfg.passkey_frac * cfg.batch_size))
+    if n_passkey:  # teach retrieval: some rows of every batch are passkey examples
+        passkey = Passkey(ds.tokenizer)
+        if passkey.template_len() + 6 > cfg.block_size + 1:
+            raise UserError(f"block_size {cfg.block_size} is too short for passkey examples "
+                            f"(the template alone is {passkey.template_len()} tokens)")
     tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * cfg.block_size
     val_windows = ds.windows(cfg.block_size, cfg.eval_iters * cfg.batch_size, seed=cfg.seed)
     if master:
         os.makedirs(cfg.out_dir, exist_ok=True)
-        print(f"{cfg.pos_encoding} GPT: {raw_model.get_num_params() / 1e6:.2f}M parameters, "
-              f"L={cfg.block_size}, {tokens_per_iter:,} tokens/step, device {device} {dtype}, "
+        source = f" from {cfg.init_from}" if cfg.init_from else ""
+        print(f"{cfg.pos_encoding} GPT: {raw_model.get_num_params() / 1e6:.2f}M parameters, trained at length "
+              f"{cfg.block_size}{source}, {tokens_per_iter:,} tokens/step, device {device} {dtype}, "
               f"{world} process(es)" + (f", resuming at step {iter_num}" if iter_num else ""))
 
     def save(path, with_optimizer):
@@ -210,6 +221,9 @@ def main():
             # batches depend only on (seed, rank, step, micro-step): a resumed run sees the same data
             g.manual_seed(cfg.seed * 1_000_003 + rank * 7_919 + iter_num * 101 + micro)
             x, y = ds.get_batch("train", cfg.batch_size, cfg.block_size, g, device)
+            if passkey is not None:
+                xy = passkey.training_rows(n_passkey, cfg.block_size + 1, g).to(device)
+                x[:n_passkey], y[:n_passkey] = xy[:, :-1], xy[:, 1:]
             if ddp:  # sync gradients only on the last micro-step
                 model.require_backward_grad_sync = micro == cfg.gradient_accumulation_steps - 1
             with ctx:
@@ -240,7 +254,8 @@ def main():
         wall = time.time() - t_start + elapsed_before
         if log_rows and log_rows[-1][0] == iter_num:
             write_json(os.path.join(cfg.out_dir, "summary.json"), {
-                "pos_encoding": cfg.pos_encoding, "dataset": cfg.dataset, "block_size": cfg.block_size,
+                "pos_encoding": cfg.pos_encoding, "dataset": cfg.dataset, "block_size": raw_model.config.block_size,
+                "train_len": cfg.block_size, "init_from": cfg.init_from,
                 "params": raw_model.get_num_params(), "steps": iter_num, "tokens": iter_num * tokens_per_iter,
                 "final_val_loss": log_rows[-1][2], "best_val_loss": best_val, "wall_seconds": round(wall, 1),
                 "device": device, "dtype": dtype, "processes": world, "seed": cfg.seed})

@@ -309,3 +309,28 @@ def test_ntk_enlarges_the_base():
     assert torch.allclose(torch.atan2(sin[1], cos[1])[: hs // 2], theta, atol=1e-6)
     # the slowest frequency is interpolated by exactly s
     assert math.isclose(theta[-1].item(), (10000.0 ** (-(hs - 2) / hs)) / s, rel_tol=1e-5)
+
+
+def test_context_limit_by_recomputation_reads_only_the_last_tokens():
+    """measure(context=W, recompute): position i's loss equals a fresh pass over the sub-window
+    that ends at i, which holds between 7/8 W and W tokens."""
+    from common import measure
+    model = make("nope")
+    torch.manual_seed(3)
+    windows = torch.randint(0, V, (3, 41))
+    W = 16
+    got = measure(model, windows, batch_size=2, context=W, entropy=True)
+    plain = measure(model, windows[:, :W + 1], batch_size=3, entropy=True)
+    assert torch.allclose(torch.tensor(got["loss"][:W]), torch.tensor(plain["loss"]), atol=1e-5)
+    # position 30 is scored by the sub-window of W tokens ending at the end of its stride-2 chunk
+    s = W // 8
+    end = W + ((30 - W) // s + 1) * s  # exclusive end of the chunk holding position 30
+    sub = windows[:, end - W:end + 1]
+    ref = measure(model, sub, batch_size=3, entropy=True)
+    j = W - (end - 30)
+    assert abs(got["loss"][30] - ref["loss"][j]) < 1e-5
+    assert abs(got["entropy"][1, 2, 30] - ref["entropy"][1, 2, j]) < 1e-4
+    # and a token far back cannot change the last position's loss any more
+    changed = windows.clone()
+    changed[:, 5] = (changed[:, 5] + 1) % V
+    assert abs(measure(model, changed, 3, context=W)["loss"][39] - got["loss"][39]) < 1e-6

@@ -119,9 +119,12 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
     res = json.loads((out / "eval" / "results.json").read_text())
     expected = {"nope", "rope", "nope_uniform_2L", "nope_uniform_4L", "nope_uniform_8L", "nope_headscale_2L",
                 "nope_headscale_4L", "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit", "nope_window_L",
-                "rope_window_L"}
+                "rope_window_L", "rope_pi_zeroshot", "rope_ntk_zeroshot", "rope_yarn_zeroshot", "rope_pi_ft_4L",
+                "rope_yarn_ft_4L"}
     assert set(res["methods"]) == expected
     for m in res["methods"].values():
         assert set(m) >= {"lengths", "loss", "tail_loss", "scales"} and len(m["loss"]) == 5
+    factors = res["methods"]["rope_yarn_zeroshot"]["scales"]
+    assert len(factors) == 5 and factors[0] == 1.0  # the best factor per length; none at L
     again = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}")
-    assert again.stdout.count("done before, skipped") == 7
+    assert again.stdout.count("done before, skipped") == 13

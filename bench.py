@@ -1,0 +1,197 @@
+"""
+What every stage costs on this device, against the device's own measured matmul rate.
+
+    python bench.py                          # CPU preset shapes on the current device
+    python bench.py --preset=gpu             # GPU preset shapes (on a GPU: bf16; --compile to compare)
+    python bench.py --preset=gpu --batch_size=4 --steps=3    # GPU shapes, a few steps on a CPU
+
+Measures, on random tokens (no dataset needed):
+  - the device's matmul rate: a square fp32 product on CPU, bf16 on CUDA
+  - training: ms/step, tokens/s, model FLOPs per token, achieved FLOP/s, and their ratio to the
+    matmul rate (model FLOPs utilisation, MFU)
+  - one HeadScale fit step (only head_scale trainable) next to a full training step at 4L
+  - one point of the uniform lambda grid (the search's windows at 4L, forward only)
+  - evaluation tokens/s and peak memory at L, 4L, 16L, with and without attention entropy,
+    each in a fresh process so its peak memory is its own
+Prints a table and writes out_dir/bench.json. Timings move ~15% between identical runs on a
+shared machine: compare numbers from one run.
+"""
+
+import multiprocessing as mp
+import os
+import platform
+import resource
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from common import (UserError, autocast, length_list, load_preset, parse_config, pick_device,
+                    pick_dtype, run_main, write_json)
+from model import GPT, GPTConfig
+
+
+@dataclass
+class BenchConfig:
+    preset: str = "cpu"                 # whose model shapes to measure: config/NAME.py's train section
+    batch_size: int = 0                 # training batch (0 = the preset's)
+    steps: int = 10                     # timed training steps, after 2 untimed warm-up steps
+    eval_lengths: list[float] = field(default_factory=lambda: [1.0, 4.0, 16.0])  # units of L
+    eval_batch: int = 8                 # windows per forward pass in evaluation
+    eval_windows: int = 16              # windows per evaluation measurement
+    grid_windows: int = 64              # windows in one uniform-grid point (search_scales default)
+    fit_batch: int = 4                  # sequences per HeadScale fit step (search_scales default)
+    matmul_size: int = 0                # side of the square matmul (0 = 2048 on CPU, 8192 on CUDA)
+    vocab_size: int = 97                # vocabulary (the built-in corpus has 97 symbols)
+    out_dir: str = "out/bench"          # writes bench.json here
+    device: str = "auto"                # auto | cpu | cuda | mps
+    dtype: str = "auto"                 # auto | float32 | bfloat16
+    compile: bool = False               # torch.compile the training step
+
+
+def sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, reps, warmup=2):
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    sync(device)
+    return (time.perf_counter() - t0) / reps
+
+
+def matmul_rate(device, size):
+    """FLOP/s of one square product: fp32 on CPU, bf16 on CUDA (the model's own precisions)."""
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    dt = timed(lambda: a @ b, device, reps=10 if device.startswith("cuda") else 5)
+    return 2 * size ** 3 / dt
+
+
+def model_config(cfg):
+    train = load_preset(cfg.preset, "train")
+    keys = {"n_layer", "n_head", "n_embd", "block_size", "bias", "pos_encoding"}
+    return GPTConfig(vocab_size=cfg.vocab_size, **{k: v for k, v in train.items() if k in keys}), train
+
+
+def train_step_time(model, B, T, device, ctx, reps, params):
+    """Seconds per optimizer step at (B, T); params: what the optimizer trains."""
+    opt = torch.optim.AdamW(params, lr=1e-4, fused=device.startswith("cuda"))
+    x = torch.randint(0, model.config.vocab_size, (B, T), device=device)
+
+    def step():
+        with ctx:
+            _, loss = model(x, x)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return timed(step, device, reps)
+
+
+def eval_child(args, queue):
+    """In a fresh process: evaluation time and the rise in peak memory it causes."""
+    mcfg, n, windows, batch, entropy, device, dtype = args
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(**mcfg)).to(device).eval()
+    from common import measure
+    x = torch.randint(0, mcfg["vocab_size"], (windows, n + 1))
+    ctx = autocast(device, dtype)
+    measure(model, x[:1, :65], 1, ctx, entropy=entropy)  # warm up kernels before the baseline
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    sync(device)
+    t0 = time.perf_counter()
+    measure(model, x, batch, ctx, entropy=entropy)
+    sync(device)
+    dt = time.perf_counter() - t0
+    peak = (torch.cuda.max_memory_allocated() if device.startswith("cuda")
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    queue.put({"seconds": dt, "tokens_per_s": windows * n / dt, "peak_extra_mb": (peak - base) / 2 ** 20})
+
+
+def main():
+    cfg = parse_config(BenchConfig, section="bench", description=__doc__)
+    device = pick_device(cfg.device)
+    dtype = pick_dtype(cfg.dtype, device)
+    ctx = autocast(device, dtype)
+    mcfg, train = model_config(cfg)
+    L = mcfg.block_size
+    B = cfg.batch_size or train.get("batch_size", 64)
+    if cfg.steps <= 0 or B <= 0:
+        raise UserError("--steps and --batch_size must be > 0")
+    torch.manual_seed(0)
+    res = {"preset": cfg.preset, "device": device, "dtype": dtype, "threads": torch.get_num_threads(),
+           "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+           "date": time.strftime("%Y-%m-%d"), "model": vars(mcfg), "batch_size": B}
+    if device.startswith("cuda"):
+        res["gpu"] = torch.cuda.get_device_name()
+    size = cfg.matmul_size or (8192 if device.startswith("cuda") else 2048)
+    peak = matmul_rate(device, size)
+    res["matmul"] = {"size": size, "flops_per_s": peak}
+    print(f"device {device} {dtype}, {res['threads']} threads; matmul {size}^3: {peak / 1e9:.1f} GFLOP/s")
+
+    # training step
+    model = GPT(mcfg).to(device)
+    run = torch.compile(model) if cfg.compile else model
+    dt = train_step_time(run, B, L, device, ctx, cfg.steps, list(model.parameters()))
+    fpt = model.flops_per_token(L)
+    tps = B * L / dt
+    res["train"] = {"ms_per_step": dt * 1e3, "tokens_per_s": tps, "flops_per_token": fpt,
+                    "flops_per_s": fpt * tps, "mfu": fpt * tps / peak, "compile": cfg.compile}
+    print(f"train  L={L} B={B}: {dt * 1e3:.0f} ms/step, {tps / 1e3:.1f}k tok/s, {fpt / 1e6:.2f} MFLOP/token, "
+          f"{fpt * tps / 1e9:.1f} GFLOP/s = {100 * fpt * tps / peak:.0f}% of the matmul rate")
+
+    # HeadScale fit step vs a full training step, both at 4L with the fit's batch
+    n4 = 4 * L
+    full = train_step_time(model, cfg.fit_batch, n4, device, ctx, max(2, cfg.steps // 2), list(model.parameters()))
+    model.requires_grad_(False)
+    lam = torch.ones(mcfg.n_layer, mcfg.n_head, device=device, requires_grad=True)
+    model.set_head_scales(lam)
+    fit = train_step_time(model, cfg.fit_batch, n4, device, ctx, max(2, cfg.steps // 2), [lam])
+    model.requires_grad_(True)
+    model.set_head_scales(1.0)
+    res["headscale"] = {"length": n4, "batch": cfg.fit_batch, "fit_step_ms": fit * 1e3, "full_step_ms": full * 1e3,
+                        "ratio": fit / full}
+    print(f"fit    4L={n4} B={cfg.fit_batch}: HeadScale step {fit * 1e3:.0f} ms vs full training step "
+          f"{full * 1e3:.0f} ms ({100 * fit / full:.0f}%)")
+
+    # one point of the uniform grid: the search's windows at 4L, forward only
+    from common import measure
+    x = torch.randint(0, mcfg.vocab_size, (cfg.grid_windows, n4 + 1))
+    grid = timed(lambda: measure(model, x, cfg.eval_batch, ctx), device, reps=1, warmup=1)
+    res["grid_point"] = {"length": n4, "windows": cfg.grid_windows, "seconds": grid}
+    print(f"grid   one lambda at 4L ({cfg.grid_windows} windows): {grid:.2f} s; a 31-point grid at 2L+4L+8L "
+          f"takes about {31 * grid * (2 + 4 + 8) / 4:.0f} s")
+
+    # evaluation: time and peak memory, each measurement in a fresh process
+    res["eval"] = []
+    mp_ctx = mp.get_context("spawn")
+    for n in length_list(cfg.eval_lengths, L):
+        for entropy in (False, True):
+            q = mp_ctx.Queue()
+            p = mp_ctx.Process(target=eval_child, args=((vars(mcfg), n, cfg.eval_windows, cfg.eval_batch, entropy,
+                                                         device, dtype), q))
+            p.start()
+            r = q.get()
+            p.join()
+            r |= {"length": n, "entropy": entropy}
+            res["eval"].append(r)
+            print(f"eval   n={n:5d} entropy={str(entropy):5}: {r['tokens_per_s'] / 1e3:.1f}k tok/s, "
+                  f"peak memory +{r['peak_extra_mb']:.0f} MB ({cfg.eval_windows} windows, batch {cfg.eval_batch})")
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    path = os.path.join(cfg.out_dir, f"bench_{cfg.preset}_{device.split(':')[0]}.json")
+    write_json(path, res)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    run_main(main)

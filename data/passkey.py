@@ -1,0 +1,68 @@
+"""
+Passkey retrieval examples in the paper's format (after Mohtashami & Jaggi, 2023):
+
+    <filler> The pass key is 12345. Remember it. 12345 is the pass key. <filler>
+    What is the pass key? The pass key is 12345
+
+The filler repeats the paper's sentences; the key sentence sits at a chosen depth (0 = right
+after the start, 0.9 = near the end) of the filler. Examples are built in token ids of any
+dataset whose vocabulary can spell the template (the built-in corpus and tiny Shakespeare can).
+"""
+
+import numpy as np
+import torch
+
+from common import UserError
+
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+KEY_SENTENCE = "The pass key is {key}. Remember it. {key} is the pass key. "
+QUESTION = "What is the pass key? The pass key is"
+
+
+class Passkey:
+    """Builds examples for one tokenizer (an object with encode/decode)."""
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+        for text in (FILLER, KEY_SENTENCE.format(key="0123456789"), QUESTION):
+            if tokenizer.decode(tokenizer.encode(text)) != text:
+                raise UserError("this dataset's tokenizer cannot spell the passkey template (digits or letters "
+                                "missing from its vocabulary); use a dataset such as pystdlib or shakespeare_char")
+        sentences = [np.asarray(tokenizer.encode(x.strip() + " "), dtype=np.int64)
+                     for x in FILLER.replace(". ", ".|").split("|") if x.strip()]
+        self.filler = np.concatenate(sentences)
+        self.starts = np.cumsum([0] + [len(x) for x in sentences[:-1]])  # sentence starts in one period
+        self.question = np.asarray(tokenizer.encode(QUESTION), dtype=np.int64)
+
+    def answer(self, key):
+        return np.asarray(self.tok.encode(f" {key}"), dtype=np.int64)
+
+    def template_len(self, key=10000):
+        return len(self.tok.encode(KEY_SENTENCE.format(key=key))) + len(self.question)
+
+    def prompt(self, length, depth, key):
+        """Exactly `length` tokens ending with the question; the key sentence at `depth` of the filler."""
+        if not 0 <= depth < 1:
+            raise UserError(f"depth must be in [0, 1), got {depth}")
+        key_ids = np.asarray(self.tok.encode(KEY_SENTENCE.format(key=key)), dtype=np.int64)
+        n_fill = length - len(key_ids) - len(self.question)
+        if n_fill < 0:
+            raise UserError(f"length {length} is shorter than the passkey template "
+                            f"({len(key_ids) + len(self.question)} tokens); use a longer length")
+        fill = np.resize(self.filler, n_fill)  # the sentences repeated, cut to size
+        period = len(self.filler)
+        starts = (np.arange(n_fill // period + 1)[:, None] * period + self.starts).ravel()
+        starts = starts[starts <= n_fill]
+        cut = int(starts[np.abs(starts - depth * n_fill).argmin()])  # the key goes between two sentences
+        return np.concatenate([fill[:cut], key_ids, fill[cut:], self.question])
+
+    def training_rows(self, count, length, generator):
+        """`count` sequences of `length` tokens: a prompt followed by its answer, with random
+        keys and depths drawn from the torch generator (so training stays reproducible)."""
+        rows = []
+        for _ in range(count):
+            key = int(torch.randint(10000, 100000, (1,), generator=generator))
+            depth = float(torch.rand(1, generator=generator)) * 0.999
+            ans = self.answer(key)
+            rows.append(np.concatenate([self.prompt(length - len(ans), depth, key), ans]))
+        return torch.from_numpy(np.stack(rows))

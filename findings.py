@@ -1,0 +1,131 @@
+"""
+Which of the paper's findings hold in one or more runs of reproduce.py (one per seed).
+
+    python findings.py out/study                       # one run
+    python findings.py out/sweep/base_s1 out/sweep/base_s2 --name=base --out=out/sweep/base.json
+
+Reads only the files the study wrote. The criteria are fixed here, before looking at any
+result, and are never tuned to make a finding pass:
+  1. NoPE within 5% of RoPE at L             loss(nope, L) <= 1.05 * loss(rope, L)
+  2. both degrade past L, NoPE's onset later the onset is the first position past L whose loss
+                                              (bins of L/16) exceeds the mean loss over positions
+                                              L/2..L by more than DELTA = 0.1 nats; NoPE's > RoPE's
+  3. mean entropy bends up where loss does    the entropy onset (first position past L where the mean
+                                              entropy exceeds the log2-linear trend fitted on L/4..L by
+                                              more than 0.1 bits) within a factor 1.5 of the loss onset
+  4. best uniform lambda > 1, grows with n    best(4L) > 1 and best(2L) <= best(4L) <= best(8L), every seed
+  5. lambda(i) fit a > 0 and R^2 >= 0.9       every seed
+  6. at 4L: HeadScale < best uniform < 1      mean loss at 4L of nope_headscale_4L < nope_uniform_4L < nope
+  7. HeadScale costs < 0.05 nats at L         loss(nope_headscale_4L, L) - loss(nope, L) < 0.05
+  8. passkey ordering (when passkey ran)      full > no clamp > no init, and NoPE > RoPE beyond L
+A finding holds for a recipe when it holds in every seed given.
+"""
+
+import os
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from common import UserError, parse_config, read_json, run_main, write_json
+
+DELTA = 0.1          # nats above the in-distribution loss that count as "degraded"
+ENTROPY_DELTA = 0.1  # bits above the in-distribution entropy trend
+
+
+def onset(positions, values, L, delta):
+    """First position past L where values exceed their mean over positions L/2..L by delta."""
+    x, y = np.asarray(positions), np.asarray(values)
+    ref = y[(x >= L / 2) & (x <= L)].mean()
+    past = np.where((x > L) & (y > ref + delta))[0]
+    return float(x[past[0]]) if len(past) else float("inf")
+
+
+def entropy_onset(e, L):
+    x = np.asarray(e["positions"])
+    h = np.asarray(e["entropy_bits"]).mean((0, 1))  # mean over layers and heads
+    fit = (x >= L / 4) & (x <= L)
+    b, a = np.polyfit(np.log2(x[fit]), h[fit], 1)
+    excess = h - (a + b * np.log2(x))
+    past = np.where((x > L) & (excess > ENTROPY_DELTA))[0]
+    return float(x[past[0]]) if len(past) else float("inf")
+
+
+def loss_at(results, method, n):
+    m = results["methods"][method]
+    return m["loss"][m["lengths"].index(n)]
+
+
+def check_run(run):
+    """The numbers behind each finding for one study folder."""
+    ev = os.path.join(run, "eval")
+    results = read_json(os.path.join(ev, "results.json"))
+    pos = read_json(os.path.join(ev, "positions.json"))
+    uni = read_json(os.path.join(run, "scales", "uniform.json"))
+    L = results["train_len"]
+    f = {}
+    nope_L, rope_L = loss_at(results, "nope", L), loss_at(results, "rope", L)
+    f[1] = (nope_L <= 1.05 * rope_L, f"NoPE {nope_L:.3f} vs RoPE {rope_L:.3f} nats at L ({nope_L / rope_L - 1:+.1%})")
+    on = {m: onset(pos[m]["positions"], pos[m]["loss"], L, DELTA) for m in ("nope", "rope")}
+    f[2] = (np.isfinite(on["nope"]) and np.isfinite(on["rope"]) and on["nope"] > on["rope"],
+            f"onset NoPE {on['nope'] / L:.2f}L, RoPE {on['rope'] / L:.2f}L")
+    ent_path = os.path.join(ev, "entropy.json")
+    if os.path.exists(ent_path) and "nope" in read_json(ent_path):
+        eo = entropy_onset(read_json(ent_path)["nope"], L)
+        ok = np.isfinite(eo) and np.isfinite(on["nope"]) and abs(np.log(eo / on["nope"])) <= np.log(1.5)
+        f[3] = (bool(ok), f"entropy onset {eo / L:.2f}L vs loss onset {on['nope'] / L:.2f}L")
+    best = {k: v["best_lam"] for k, v in uni["lengths"].items()}
+    grows = best.get("4L", 1) > 1 and best.get("2L", 0) <= best.get("4L", 0) <= best.get("8L", 0)
+    f[4] = (bool(grows), "best lambda " + ", ".join(f"{k} {v:.2f}" for k, v in best.items()))
+    a, r2 = uni["fit"]["a"], uni["fit"]["r2"]
+    f[5] = (bool(a > 0 and r2 >= 0.9), f"a = {a:.3f}, R^2 = {r2:.3f}")
+    n4 = 4 * L
+    if {"nope_headscale_4L", "nope_uniform_4L"} <= set(results["methods"]):
+        hs, un, one = (loss_at(results, m, n4) for m in ("nope_headscale_4L", "nope_uniform_4L", "nope"))
+        f[6] = (hs < un < one, f"at 4L: HeadScale {hs:.3f}, uniform {un:.3f}, lambda=1 {one:.3f}")
+        cost = loss_at(results, "nope_headscale_4L", L) - nope_L
+        f[7] = (cost < 0.05, f"HeadScale at L: {cost:+.3f} nats")
+    pk_path = os.path.join(run, "passkey", "passkey.json")
+    if os.path.exists(pk_path):
+        acc = read_json(pk_path)["mean_accuracy"]
+        names = ("nope_headscale_4L", "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit")
+        if all(n in acc for n in names + ("nope", "rope")):
+            full, noclamp, noinit = (acc[n] for n in names)
+            by_len = read_json(pk_path)["by_length"]
+            beyond = [n for n in by_len["nope"] if int(n) > L]
+            nope_b = np.mean([by_len["nope"][n] for n in beyond]) if beyond else float("nan")
+            rope_b = np.mean([by_len["rope"][n] for n in beyond]) if beyond else float("nan")
+            f[8] = (full > noclamp > noinit and nope_b > rope_b,
+                    f"full {full:.0%}, no clamp {noclamp:.0%}, no init {noinit:.0%}; beyond L NoPE {nope_b:.0%}, "
+                    f"RoPE {rope_b:.0%}")
+    return f
+
+
+@dataclass
+class FindingsConfig:
+    name: str = ""                      # recipe name for the table ('' = the first folder's name)
+    out: str = ""                       # also write the findings here as JSON
+
+
+def main():
+    runs = [a for a in sys.argv[1:] if not a.startswith("-")]
+    cfg = parse_config(FindingsConfig, [a for a in sys.argv[1:] if a.startswith("-")], description=__doc__)
+    if not runs:
+        raise UserError("give one or more study folders: python findings.py out/study [out/study_seed2 ...]")
+    for r in runs:
+        if not os.path.exists(os.path.join(r, "eval", "results.json")):
+            raise UserError(f"{r} holds no finished study (eval/results.json missing); run reproduce.py first")
+    per_run = {r: check_run(r) for r in runs}
+    keys = sorted({k for f in per_run.values() for k in f})
+    summary = {"recipe": cfg.name or os.path.basename(os.path.normpath(runs[0])), "runs": runs, "findings": {}}
+    for k in keys:
+        got = [per_run[r][k] for r in runs if k in per_run[r]]
+        summary["findings"][k] = {"holds": all(ok for ok, _ in got), "evidence": [e for _, e in got]}
+        mark = "yes" if summary["findings"][k]["holds"] else "no"
+        print(f"({k}) {mark:3}  " + " | ".join(e for _, e in got))
+    if cfg.out:
+        write_json(cfg.out, summary)
+
+
+if __name__ == "__main__":
+    run_main(main)

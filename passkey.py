@@ -1,0 +1,167 @@
+"""
+Passkey retrieval: can a model still find one 5-digit number hidden far back?
+
+    python passkey.py --ckpts=nope=out/nope_pk/ckpt.pt,rope=out/rope_pk/ckpt.pt --out_dir=out/passkey
+    python passkey.py --out_dir=out/passkey --plot_only
+
+Models learn the skill from train.py --passkey_frac (ordinary text mixed with passkey examples
+at the training length L). For each length n and depth d (0%, 10%, ... 90% of the filler), the
+same `keys` random keys for every model; exact match of the greedy continuation. Writes
+passkey.csv (method, length, depth, accuracy, n), passkey.json (the average accuracy over
+lengths up to avg_up_to, as the paper reports), a heat map (length x depth) per model and a
+markdown table.
+"""
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from common import (UserError, atomic_write_text, autocast, length_list, parse_config, pick_device, pick_dtype,
+                    read_json, run_main, write_csv, write_json)
+from data import Dataset
+from data.passkey import Passkey
+from model import load_checkpoint
+
+
+@dataclass
+class PasskeyConfig:
+    ckpts: list[str] = field(default_factory=lambda: ["nope=out/nope/ckpt.pt"])  # NAME=PATH, comma-separated
+    out_dir: str = "out/passkey"        # results folder (passkey.csv merges by method name)
+    dataset: str = ""                   # '' = the dataset of the first checkpoint (for its tokenizer)
+    lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])  # units of L
+    depths: int = 10                    # depths 0, 1/depths, ... (depths-1)/depths of the filler
+    keys: int = 5                       # random keys per (length, depth) cell, the same for every model
+    avg_up_to: float = 8.0              # report the mean accuracy over lengths up to this many L
+    seed: int = 2024                    # the keys
+    plot_only: bool = False             # redraw from passkey.csv alone
+    device: str = "auto"                # auto | cpu | cuda | mps
+    dtype: str = "auto"                 # auto | float32 | bfloat16
+    preset: str = ""                    # the preset used (set by --preset=NAME)
+
+
+@torch.no_grad()
+def accuracy(model, pk, n, depth, keys, device, ctx):
+    """Exact-match accuracy of greedy decoding for these keys at length n and depth."""
+    prompts = torch.from_numpy(np.stack([pk.prompt(n, depth, k) for k in keys])).to(device)
+    answers = [pk.answer(k).tolist() for k in keys]
+    steps = max(len(a) for a in answers)
+    idx = prompts
+    for _ in range(steps):  # greedy, recomputing the whole prefix (no cache needed at these sizes)
+        with ctx:
+            logits, _ = model(idx)
+        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    out = idx[:, n:].tolist()
+    return sum(o[:len(a)] == a for o, a in zip(out, answers)) / len(keys)
+
+
+def plot(out_dir, rows, avg):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    methods = list(dict.fromkeys(r[0] for r in rows))
+    lengths = sorted({r[1] for r in rows})
+    depths = sorted({r[2] for r in rows})
+    drawn = []
+    for m in methods:
+        acc = np.full((len(depths), len(lengths)), np.nan)
+        for r in rows:
+            if r[0] == m:
+                acc[depths.index(r[2]), lengths.index(r[1])] = r[3]
+        fig, ax = plt.subplots(figsize=(1.5 + 0.8 * len(lengths), 4))
+        im = ax.imshow(acc, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
+        ax.set_xlabel("prompt length (tokens)")
+        ax.set_ylabel("depth of the key")
+        ax.set_title(f"passkey accuracy: {m} (mean {avg[m]:.0%})", fontsize=9)
+        fig.colorbar(im, ax=ax, label="exact-match accuracy")
+        fig.tight_layout()
+        name = f"passkey_{m}.png"
+        fig.savefig(os.path.join(out_dir, name), dpi=110)
+        plt.close(fig)
+        drawn.append(name)
+    return drawn
+
+
+def summarise(out_dir, rows, L, avg_up_to):
+    """Mean accuracy per method over lengths <= avg_up_to * L; a markdown table by length."""
+    methods = list(dict.fromkeys(r[0] for r in rows))
+    lengths = sorted({r[1] for r in rows})
+    by = {(m, n): np.mean([r[3] for r in rows if r[0] == m and r[1] == n]) for m in methods for n in lengths}
+    avg = {m: float(np.mean([by[m, n] for n in lengths if n <= avg_up_to * L])) for m in methods}
+    lines = [f"| method | " + " | ".join(f"{n / L:g}L" for n in lengths) + f" | mean up to {avg_up_to:g}L |",
+             "|---|" + "---:|" * (len(lengths) + 1)]
+    for m in methods:
+        lines.append(f"| {m} | " + " | ".join(f"{by[m, n]:.0%}" for n in lengths) + f" | {avg[m]:.0%} |")
+    table = "\n".join(lines)
+    atomic_write_text(os.path.join(out_dir, "passkey.md"), table + "\n")
+    write_json(os.path.join(out_dir, "passkey.json"), {"train_len": L, "avg_up_to": avg_up_to, "mean_accuracy": avg,
+                                                      "by_length": {m: {str(n): by[m, n] for n in lengths}
+                                                                    for m in methods}})
+    return table, avg
+
+
+def read_rows(path):
+    import csv
+    with open(path) as f:
+        return [(r["method"], int(r["length"]), float(r["depth"]), float(r["accuracy"]), int(r["n"]))
+                for r in csv.DictReader(f)]
+
+
+def main():
+    cfg = parse_config(PasskeyConfig, section="passkey", description=__doc__)
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    csv_path = os.path.join(cfg.out_dir, "passkey.csv")
+    if cfg.plot_only:
+        if not os.path.exists(csv_path):
+            raise UserError(f"--plot_only but {csv_path} does not exist; run the evaluation first")
+        rows = read_rows(csv_path)
+        L = read_json(os.path.join(cfg.out_dir, "passkey.json"))["train_len"]
+        table, avg = summarise(cfg.out_dir, rows, L, cfg.avg_up_to)
+        print(table, "\ndrew", ", ".join(plot(cfg.out_dir, rows, avg)))
+        return
+    if cfg.depths <= 0 or cfg.keys <= 0:
+        raise UserError("--depths and --keys must be > 0")
+    device = pick_device(cfg.device)
+    ctx = autocast(device, pick_dtype(cfg.dtype, device))
+    ckpts = {}
+    for spec in cfg.ckpts:
+        name, eq, path = spec.partition("=")
+        if not eq:
+            raise UserError(f"--ckpts takes NAME=PATH pairs, got {spec!r}")
+        ckpts[name] = path
+    models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}
+    Ls = {m.config.block_size for m, _ in models.values()}
+    if len(Ls) > 1:
+        raise UserError(f"these checkpoints have different training lengths {sorted(Ls)}; use separate --out_dir")
+    L = Ls.pop()
+    first = next(iter(models.values()))[1]
+    ds = Dataset(cfg.dataset or first.get("dataset", {}).get("name") or first.get("config", {}).get("dataset"))
+    pk = Passkey(ds.tokenizer)
+    lengths = length_list(cfg.lengths, L)
+    if min(lengths) < pk.template_len():
+        raise UserError(f"length {min(lengths)} is shorter than the passkey template ({pk.template_len()} tokens)")
+    rng = np.random.default_rng(cfg.seed)
+    keys = rng.integers(10000, 100000, size=(len(lengths), cfg.depths, cfg.keys)).tolist()
+    rows = [r for r in read_rows(csv_path) if r[0] not in models] if os.path.exists(csv_path) else []
+    for name, (model, _) in models.items():
+        model.eval()
+        for i, n in enumerate(lengths):
+            accs = []
+            for j in range(cfg.depths):
+                depth = j / cfg.depths
+                acc = accuracy(model, pk, n, depth, keys[i][j], device, ctx)
+                rows.append((name, n, depth, acc, cfg.keys))
+                accs.append(acc)
+            print(f"{name:>28} n={n:5d}: accuracy {np.mean(accs):.0%} over {cfg.depths} depths x {cfg.keys} keys",
+                  flush=True)
+        write_csv(csv_path, rows, ["method", "length", "depth", "accuracy", "n"])
+    table, avg = summarise(cfg.out_dir, rows, L, cfg.avg_up_to)
+    print(table)
+    print("drew", ", ".join(plot(cfg.out_dir, rows, avg)), "in", cfg.out_dir)
+
+
+if __name__ == "__main__":
+    run_main(main)

@@ -1,0 +1,87 @@
+"""
+The laptop recipe: run the study for several recipes and seeds, and tabulate which of the
+paper's findings hold (findings.py) with the numbers, the seeds and the wall time.
+
+    python sweep.py --recipes=base,lr1e-3 --seeds=1337,1338
+    python sweep.py --recipes=base --seeds=1337 --table_only     # rebuild sweep.md from the runs
+
+Each (recipe, seed) is one `python reproduce.py` into out_dir/RECIPE_sSEED (resumable, like the
+study itself; the RoPE extension baselines are left out to save time). Two seeds for every
+claim: differences smaller than the spread between seeds are noise.
+"""
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from common import ROOT, UserError, format_seconds, parse_config, read_json, run_main, atomic_write_text
+
+# recipe -> overrides of reproduce.py (on top of the preset)
+RECIPES = {
+    "base": [],                                             # the CPU preset: 4x4x128, L=128, lr 2e-3
+    "lr1e-3": ["--learning_rate=1e-3"],                     # the first measurement's NoPE learning rate
+    "lr3e-3": ["--learning_rate=3e-3"],
+    "L64": ["--block_size=64", "--batch_size=128"],         # same tokens per step, shorter L
+    "L256": ["--block_size=256", "--batch_size=32"],
+    "deep6": ["--n_layer=6"],
+    "wide192": ["--n_embd=192", "--n_head=6"],
+    "long2x": ["--max_iters=1600"],                         # twice the training tokens
+    "shakespeare": ["--dataset=shakespeare_char"],          # needs data/shakespeare_char prepared
+}
+
+
+@dataclass
+class SweepConfig:
+    recipes: list[str] = field(default_factory=lambda: ["base"])   # names from RECIPES in sweep.py
+    seeds: list[int] = field(default_factory=lambda: [1337, 1338])  # training seeds, each a full study
+    preset: str = "cpu"                 # the preset every recipe starts from
+    out_dir: str = "out/sweep"          # one folder per (recipe, seed), plus sweep.md
+    table_only: bool = False            # only rebuild the table from finished runs
+
+
+def study_seconds(run):
+    stages = os.path.join(run, "stages")
+    return sum(read_json(os.path.join(stages, f))["seconds"] for f in os.listdir(stages)) if os.path.isdir(stages) else 0
+
+
+def main():
+    cfg = parse_config(SweepConfig, description=__doc__)
+    unknown = [r for r in cfg.recipes if r not in RECIPES]
+    if unknown:
+        raise UserError(f"unknown recipe(s) {unknown}; known: {', '.join(RECIPES)}")
+    rows = []
+    for recipe in cfg.recipes:
+        runs = [os.path.join(cfg.out_dir, f"{recipe}_s{seed}") for seed in cfg.seeds]
+        if not cfg.table_only:
+            for seed, run in zip(cfg.seeds, runs):
+                cmd = [sys.executable, "reproduce.py", f"--preset={cfg.preset}", f"--out_dir={run}", f"--seed={seed}",
+                       "--rope_baselines=false", *RECIPES[recipe]]
+                print(f"[sweep] {' '.join(cmd[1:])}", flush=True)
+                if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+                    raise UserError(f"the study for {recipe} seed {seed} failed; rerun to continue where it stopped")
+        done = [r for r in runs if os.path.exists(os.path.join(r, "eval", "results.json"))]
+        if not done:
+            continue
+        out_json = os.path.join(cfg.out_dir, f"{recipe}.json")
+        subprocess.run([sys.executable, "findings.py", *done, f"--name={recipe}", f"--out={out_json}"], cwd=ROOT,
+                       check=True)
+        f = read_json(out_json)
+        rows.append((recipe, [int(r.rsplit("_s", 1)[1]) for r in done], [study_seconds(r) for r in done], f))
+    keys = sorted({k for *_, f in rows for k in f["findings"]}, key=int)
+    lines = ["| recipe | seeds | wall per study | " + " | ".join(f"({k})" for k in keys) + " |",
+             "|---|---|---|" + "---|" * len(keys)]
+    for recipe, seeds, secs, f in rows:
+        cells = []
+        for k in keys:
+            x = f["findings"].get(k)
+            cells.append("" if x is None else ("**yes**" if x["holds"] else "no") + ": " + " / ".join(x["evidence"]))
+        lines.append(f"| {recipe} | {', '.join(map(str, seeds))} | {', '.join(format_seconds(s) for s in secs)} | "
+                     + " | ".join(cells) + " |")
+    table = "\n".join(lines) + "\n"
+    atomic_write_text(os.path.join(cfg.out_dir, "sweep.md"), table)
+    print(table)
+
+
+if __name__ == "__main__":
+    run_main(main)
