@@ -21,6 +21,7 @@ import multiprocessing as mp
 import os
 import platform
 import resource
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -94,6 +95,31 @@ def train_step_time(model, B, T, device, ctx, reps, params):
     return timed(step, device, reps)
 
 
+def _status(field):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    raise OSError(field)
+
+
+def rss_reset_peak():
+    """Current resident memory, after resetting the kernel's peak (VmHWM) to it (Linux)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return _status("VmRSS:")
+    except OSError:  # elsewhere: the process's lifetime peak, a coarser baseline
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def rss_peak():
+    try:
+        return _status("VmHWM:")
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
 def eval_child(args, queue):
     """In a fresh process: evaluation time and the rise in peak memory it causes."""
     mcfg, n, windows, batch, entropy, device, dtype = args
@@ -107,14 +133,13 @@ def eval_child(args, queue):
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
     else:
-        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        base = rss_reset_peak()
     sync(device)
     t0 = time.perf_counter()
     measure(model, x, batch, ctx, entropy=entropy)
     sync(device)
     dt = time.perf_counter() - t0
-    peak = (torch.cuda.max_memory_allocated() if device.startswith("cuda")
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else rss_peak()
     queue.put({"seconds": dt, "tokens_per_s": windows * n / dt, "peak_extra_mb": (peak - base) / 2 ** 20})
 
 

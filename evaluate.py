@@ -51,6 +51,7 @@ class EvalConfig:
     sample_tokens: int = 200            # tokens generated per sample
     batch_size: int = 8                 # windows per forward pass
     chunk: int = 256                    # queries per chunk on the explicit (entropy) path
+    plots: bool = True                  # draw the plots after measuring (reproduce.py draws them once, at the end)
     search_dir: str = ""                # a search_scales.py output folder: also plot its grid and scales
     plot_only: bool = False             # redraw the plots from out_dir's files, load no model
     seed: int = 1234                    # windows and samples
@@ -204,6 +205,16 @@ def plot_all(out, search_dir=""):
         ax.axvline(x, color="gray", ls="--", lw=1)
         ax.text(x, ax.get_ylim()[1], " L (train)", va="top", color="gray", fontsize=8)
 
+    names = list(results["methods"])
+
+    def style(name):
+        """One colour per method; RoPE rows dashed, context-limited rows dotted."""
+        ls = ":" if "window" in name else "--" if name.startswith("rope") else "-"
+        return {"color": plt.cm.tab20(names.index(name) % 20 if name in names else 0), "ls": ls, "label": name}
+
+    def legend_right(fig, ax):
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
     def save(fig, name):
         fig.tight_layout()
         fig.savefig(os.path.join(out, name), dpi=110)
@@ -211,29 +222,29 @@ def plot_all(out, search_dir=""):
         drawn.append(name)
 
     # loss vs length
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     for ax, key, title in ((axes[0], "loss", "mean over all positions"), (axes[1], "tail_loss", "tail metric (last tokens)")):
         for name, m in results["methods"].items():
-            ax.plot(m["lengths"], m[key], marker="o", ms=3, label=name)
+            ax.plot(m["lengths"], m[key], marker="o", ms=3, **style(name))
         ax.set_xscale("log", base=2)
         ax.set_xlabel("evaluation length n (tokens)")
         ax.set_ylabel("loss (nats / token)")
         ax.set_title(f"Loss vs length, {title}")
         mark_L(ax)
-    axes[1].legend(fontsize=7)
+    legend_right(fig, axes[1])
     save(fig, "loss_vs_length.png")
 
     # per-position loss
     pos = read_json(os.path.join(out, "positions.json"))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     for name, p in pos.items():
-        ax.plot(p["positions"], p["loss"], lw=1, label=name)
+        ax.plot(p["positions"], p["loss"], lw=1, **style(name))
     ax.set_xscale("log", base=2)
     ax.set_xlabel("position i in the window (tokens)")
     ax.set_ylabel("loss at position i (nats / token)")
     ax.set_title("Per-position loss (mean over windows, binned)")
     mark_L(ax)
-    ax.legend(fontsize=7)
+    legend_right(fig, ax)
     save(fig, "position_loss.png")
 
     # attention entropy
@@ -244,9 +255,9 @@ def plot_all(out, search_dir=""):
         fig, axes = plt.subplots(1, n_layer + 1, figsize=(3.2 * (n_layer + 1), 3.6), sharey=True)
         for name, e in ent.items():
             x, arr = np.array(e["positions"]), np.array(e["entropy_bits"])  # (layers, heads, bins)
-            axes[0].plot(x, arr.mean((0, 1)), lw=1, label=name)
+            axes[0].plot(x, arr.mean((0, 1)), lw=1, **style(name))
             for layer in range(n_layer):
-                axes[layer + 1].plot(x, arr[layer].mean(0), lw=1, label=name)
+                axes[layer + 1].plot(x, arr[layer].mean(0), lw=1, **style(name))
         x = np.array(next(iter(ent.values()))["positions"])
         for i, ax in enumerate(axes):
             ax.plot(x, np.log2(x), color="k", ls=":", lw=1, label="uniform bound log2(i+1)")
@@ -255,7 +266,7 @@ def plot_all(out, search_dir=""):
             ax.set_title("mean of all heads" if i == 0 else f"layer {i - 1}")
             mark_L(ax)
         axes[0].set_ylabel("attention entropy (bits)")
-        axes[0].legend(fontsize=6)
+        legend_right(fig, axes[-1])
         save(fig, "entropy.png")
 
     if search_dir:
@@ -400,7 +411,8 @@ def main():
             md += [f"**{name}:**", "```", s["continuation"], "```"]
         atomic_write_text(os.path.join(cfg.out_dir, "samples.md"), "\n".join(md) + "\n")
     print(table)
-    print("drew", ", ".join(plot_all(cfg.out_dir, cfg.search_dir)), "in", cfg.out_dir)
+    if cfg.plots:
+        print("drew", ", ".join(plot_all(cfg.out_dir, cfg.search_dir)), "in", cfg.out_dir)
 
 
 if __name__ == "__main__":

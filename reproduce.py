@@ -178,13 +178,13 @@ def main():
     def fresh_eval(done, cmd):  # results.json merges by method: start it afresh
         shutil.rmtree(ev, ignore_errors=True)
         return cmd
-    stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", *eval_common], [os.path.join(ev, "results.json")],
-               fresh_eval)
+    stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", "--plots=false", *eval_common],
+               [os.path.join(ev, "results.json")], fresh_eval)
     if cfg.rope_baselines:
         for m in ("pi", "ntk", "yarn"):
             stages.run(f"evaluate_rope_{m}", ["evaluate.py", f"--ckpts=rope_{m}_zeroshot={rope_ckpt}",
                                               f"--rope_scaling={m}", f"--rope_factors={rope_scales}/rope_factors.json",
-                                              "--samples=false", "--entropy=false", *eval_common],
+                                              "--samples=false", "--entropy=false", "--plots=false", *eval_common],
                        [os.path.join(ev, "results.json")])
     window_methods = f"nope_window_L={nope_ckpt},rope_window_L={rope_ckpt}"
     stages.run("evaluate_window", ["evaluate.py", f"--ckpts={window_methods}", f"--context={L}", "--samples=false",
