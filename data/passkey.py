@@ -25,7 +25,11 @@ class Passkey:
     def __init__(self, tokenizer):
         self.tok = tokenizer
         for text in (FILLER, KEY_SENTENCE.format(key="0123456789"), QUESTION):
-            if tokenizer.decode(tokenizer.encode(text)) != text:
+            try:
+                spelled = tokenizer.decode(tokenizer.encode(text)) == text
+            except UserError:  # a character outside the vocabulary
+                spelled = False
+            if not spelled:
                 raise UserError("this dataset's tokenizer cannot spell the passkey template (digits or letters "
                                 "missing from its vocabulary); use a dataset such as pystdlib or shakespeare_char")
         sentences = [np.asarray(tokenizer.encode(x.strip() + " "), dtype=np.int64)

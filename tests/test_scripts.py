@@ -2,6 +2,7 @@
 
 import csv
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -129,3 +130,12 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
     assert len(factors) == 3 and factors[0] == 1.0  # the best factor per length (1 at L)
     again = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast)
     assert again.stdout.count("done before, skipped") == 13
+    # the findings check reads the study's files; the sweep tabulates it
+    proc = run_script("findings.py", str(out))
+    assert all(f"({k}) " in proc.stdout for k in range(1, 8))
+    sweep = tmp_path / "sweep"
+    shutil.copytree(out, sweep / "base_s1")
+    run_script("sweep.py", f"--out_dir={sweep}", "--recipes=base", "--seeds=1", "--table_only")
+    assert "| base | 1 |" in (sweep / "sweep.md").read_text()
+    proc = run_script("findings.py", str(tmp_path / "nothing"), check=False)
+    assert proc.returncode == 2 and "no finished study" in proc.stderr

@@ -1,0 +1,77 @@
+"""data/passkey.py examples, train.py --passkey_frac, and passkey.py end to end."""
+
+import csv
+
+import numpy as np
+import pytest
+import torch
+
+from common import UserError
+from conftest import TINY_TRAIN, run_script
+from data import CharTokenizer
+from data.passkey import FILLER, KEY_SENTENCE, QUESTION, Passkey
+
+TOK = CharTokenizer.from_texts([FILLER + KEY_SENTENCE.format(key="0123456789") + QUESTION + " "])
+
+
+def test_prompt_has_the_exact_length_and_the_key_at_its_depth():
+    pk = Passkey(TOK)
+    for depth in (0.0, 0.3, 0.9):
+        ids = pk.prompt(400, depth, 48213)
+        text = TOK.decode(ids)
+        assert len(ids) == 400 and text.endswith(QUESTION)
+        key_at = text.index("The pass key is 48213.")
+        assert abs(key_at / (400 - pk.template_len()) - depth) < 0.2  # between two sentences, near depth
+        assert key_at == 0 or text[key_at - 2:key_at] == ". "
+    assert TOK.decode(pk.answer(48213)) == " 48213"
+
+
+def test_bad_input():
+    pk = Passkey(TOK)
+    with pytest.raises(UserError, match="shorter than the passkey template"):
+        pk.prompt(50, 0.5, 12345)
+    with pytest.raises(UserError, match=r"depth must be in \[0, 1\)"):
+        pk.prompt(300, 1.0, 12345)
+    with pytest.raises(UserError, match="cannot spell"):
+        Passkey(CharTokenizer.from_texts(["abc"]))
+
+
+def test_training_rows_are_reproducible_and_end_with_their_key():
+    pk = Passkey(TOK)
+    a = pk.training_rows(3, 129, torch.Generator().manual_seed(1))
+    b = pk.training_rows(3, 129, torch.Generator().manual_seed(1))
+    assert a.shape == (3, 129) and torch.equal(a, b)
+    for row in a:
+        text = TOK.decode(row.tolist())
+        key = text[-5:]
+        assert key.isdigit() and f"The pass key is {key}." in text
+
+
+@pytest.mark.slow
+def test_passkey_training_and_evaluation(tiny_dataset, tmp_path):
+    """The tiny corpus lacks letters of the template: it is refused with a clear error; a corpus
+    that has them trains with passkey rows and is scored over length x depth."""
+    proc = run_script("train.py", f"--dataset={tiny_dataset}", f"--out_dir={tmp_path / 'x'}", *TINY_TRAIN,
+                      "--block_size=128", "--passkey_frac=0.5", "--max_iters=2", check=False)
+    assert proc.returncode == 2 and "cannot spell" in proc.stderr
+    from data import write_dataset
+    text = (FILLER * 40 + "\n" + KEY_SENTENCE.format(key="0123456789") + QUESTION + "\n") * 3
+    ds = tmp_path / "pk"
+    write_dataset(ds, [("a", text)], [("b", text)], CharTokenizer.from_texts([text]), {"corpus": "test"})
+    run_script("train.py", f"--dataset={ds}", f"--out_dir={tmp_path / 'run'}", *TINY_TRAIN, "--block_size=128",
+               "--passkey_frac=0.5", "--max_iters=4", "--eval_interval=4")
+    out = tmp_path / "eval"
+    ck = tmp_path / "run" / "ckpt.pt"
+    run_script("passkey.py", f"--ckpts=a={ck},b={ck}", f"--out_dir={out}", "--lengths=4,8", "--depths=2",
+               "--keys=2", f"--dataset={ds}")
+    with open(out / "passkey.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * 2 * 2 and {r["method"] for r in rows} == {"a", "b"}
+    assert all(0 <= float(r["accuracy"]) <= 1 and r["n"] == "2" for r in rows)
+    assert (out / "passkey_a.png").exists() and "mean up to" in (out / "passkey.md").read_text()
+    (out / "passkey_a.png").unlink()
+    run_script("passkey.py", f"--out_dir={out}", "--plot_only")
+    assert (out / "passkey_a.png").exists()
+    proc = run_script("passkey.py", f"--ckpts=a={ck}", f"--out_dir={out}", "--lengths=0.5", f"--dataset={ds}",
+                      check=False)
+    assert proc.returncode == 2 and "shorter than the passkey template" in proc.stderr
