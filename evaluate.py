@@ -17,6 +17,7 @@ Results merge into out_dir/results.json by method name, so several runs (e.g. on
 --context) build one table. Plots are drawn from the saved files alone (--plot_only).
 """
 
+import csv
 import math
 import os
 import time
@@ -279,7 +280,6 @@ def plot_search(search_dir, out, ent_path, plt, save, mark_L):
     drawn = []
     uni_path = os.path.join(search_dir, "uniform.json")
     if os.path.exists(uni_path):
-        import csv
         uni = read_json(uni_path)
         L = uni["train_len"]
         with open(os.path.join(search_dir, "grid.csv")) as f:
@@ -307,7 +307,6 @@ def plot_search(search_dir, out, ent_path, plt, save, mark_L):
     for fn in sorted(os.listdir(search_dir)):
         if not (fn.startswith("head_") and fn.endswith(".csv")):
             continue
-        import csv
         with open(os.path.join(search_dir, fn)) as f:
             rows = [(int(r["layer"]), int(r["head"]), float(r["scale"])) for r in csv.DictReader(f)]
         lam = np.zeros((max(r[0] for r in rows) + 1, max(r[1] for r in rows) + 1))

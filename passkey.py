@@ -12,6 +12,7 @@ lengths up to avg_up_to, as the paper reports), a heat map (length x depth) per 
 markdown table.
 """
 
+import csv
 import os
 from dataclasses import dataclass, field
 
@@ -91,7 +92,7 @@ def summarise(out_dir, rows, L, avg_up_to):
     lengths = sorted({r[1] for r in rows})
     by = {(m, n): np.mean([r[3] for r in rows if r[0] == m and r[1] == n]) for m in methods for n in lengths}
     avg = {m: float(np.mean([by[m, n] for n in lengths if n <= avg_up_to * L])) for m in methods}
-    lines = [f"| method | " + " | ".join(f"{n / L:g}L" for n in lengths) + f" | mean up to {avg_up_to:g}L |",
+    lines = ["| method | " + " | ".join(f"{n / L:g}L" for n in lengths) + f" | mean up to {avg_up_to:g}L |",
              "|---|" + "---:|" * (len(lengths) + 1)]
     for m in methods:
         lines.append(f"| {m} | " + " | ".join(f"{by[m, n]:.0%}" for n in lengths) + f" | {avg[m]:.0%} |")
@@ -104,7 +105,6 @@ def summarise(out_dir, rows, L, avg_up_to):
 
 
 def read_rows(path):
-    import csv
     with open(path) as f:
         return [(r["method"], int(r["length"]), float(r["depth"]), float(r["accuracy"]), int(r["n"]))
                 for r in csv.DictReader(f)]

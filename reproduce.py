@@ -201,7 +201,6 @@ def name_of(k):
 
 def write_report(cfg, out, L, times, wall):
     ev, scales = os.path.join(out, "eval"), os.path.join(out, "scales")
-    results = read_json(os.path.join(ev, "results.json"))
     uni = read_json(os.path.join(scales, "uniform.json"))
     tr = {pe: read_json(os.path.join(out, pe, "summary.json")) for pe in ("nope", "rope")}
     lines = [f"# nanoNoPE study: {cfg.dataset}, preset {cfg.preset}, L = {L}", "",
@@ -240,6 +239,9 @@ def write_report(cfg, out, L, times, wall):
                   "|---|" + "---:|" * len(next(iter(rf.values())))]
         for m, by_len in rf.items():
             lines.append(f"| {m} | " + " | ".join(f"{s['best_factor']:g}" for s in by_len.values()) + " |")
+    check = subprocess.run([sys.executable, "findings.py", out], cwd=ROOT, capture_output=True, text=True)
+    lines += ["", "**Which of the paper's findings hold here** (`python findings.py " + out + "`; criteria in its "
+              "docstring)", "", "```", check.stdout.strip() or check.stderr.strip(), "```"]
     lines += ["", "Plots: " + ", ".join(f"[{p}](eval/{p})" for p in sorted(os.listdir(ev)) if p.endswith(".png")),
               "", "Samples: [eval/samples.md](eval/samples.md)", "",
               "Stage times: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in times.items()),

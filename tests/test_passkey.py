@@ -2,7 +2,6 @@
 
 import csv
 
-import numpy as np
 import pytest
 import torch
 
@@ -48,12 +47,9 @@ def test_training_rows_are_reproducible_and_end_with_their_key():
 
 
 @pytest.mark.slow
-def test_passkey_training_and_evaluation(tiny_dataset, tmp_path):
-    """The tiny corpus lacks letters of the template: it is refused with a clear error; a corpus
-    that has them trains with passkey rows and is scored over length x depth."""
-    proc = run_script("train.py", f"--dataset={tiny_dataset}", f"--out_dir={tmp_path / 'x'}", *TINY_TRAIN,
-                      "--block_size=128", "--passkey_frac=0.5", "--max_iters=2", check=False)
-    assert proc.returncode == 2 and "cannot spell" in proc.stderr
+def test_passkey_training_and_evaluation(tmp_path):
+    """A corpus that can spell the template trains with passkey rows and is scored over
+    length x depth."""
     from data import write_dataset
     text = (FILLER * 40 + "\n" + KEY_SENTENCE.format(key="0123456789") + QUESTION + "\n") * 3
     ds = tmp_path / "pk"
@@ -69,9 +65,6 @@ def test_passkey_training_and_evaluation(tiny_dataset, tmp_path):
     assert len(rows) == 2 * 2 * 2 and {r["method"] for r in rows} == {"a", "b"}
     assert all(0 <= float(r["accuracy"]) <= 1 and r["n"] == "2" for r in rows)
     assert (out / "passkey_a.png").exists() and "mean up to" in (out / "passkey.md").read_text()
-    (out / "passkey_a.png").unlink()
-    run_script("passkey.py", f"--out_dir={out}", "--plot_only")
-    assert (out / "passkey_a.png").exists()
     proc = run_script("passkey.py", f"--ckpts=a={ck}", f"--out_dir={out}", "--lengths=0.5", f"--dataset={ds}",
                       check=False)
     assert proc.returncode == 2 and "shorter than the passkey template" in proc.stderr
