@@ -14,7 +14,6 @@ import dataclasses
 import inspect
 import io
 import json
-import math
 import os
 import re
 import sys
@@ -22,7 +21,6 @@ import time
 import typing
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent
@@ -185,6 +183,23 @@ def config_dict(cfg):
     return dataclasses.asdict(cfg)
 
 
+def parse_ckpts(specs):
+    """['nope=out/nope/ckpt.pt', 'out/rope/ckpt.pt'] -> {'nope': ..., 'rope': ...}; a bare
+    path is named after its folder."""
+    out = {}
+    for spec in specs:
+        name, eq, path = spec.partition("=")
+        if not eq:
+            path = name
+            name = os.path.basename(os.path.dirname(os.path.abspath(path))) or "model"
+        if name in out:
+            raise UserError(f"two checkpoints are named {name!r}; name them: --ckpts=a=PATH,b=PATH")
+        out[name] = path
+    if not out:
+        raise UserError("no checkpoints given: --ckpts=NAME=PATH[,NAME=PATH...]")
+    return out
+
+
 # -----------------------------------------------------------------------------
 # Device and precision
 
@@ -218,10 +233,6 @@ def autocast(device, dtype):
         return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
-
-def seed_everything(seed):
-    torch.manual_seed(seed)
-    np.random.seed(seed)
 
 
 # -----------------------------------------------------------------------------
@@ -371,6 +382,3 @@ def length_list(multiples, train_len):
             out.append(n)
     return out
 
-
-def bits(nats):
-    return nats / math.log(2)

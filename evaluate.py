@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from common import (UserError, atomic_write_text, autocast, default_tail, length_list, measure, parse_config,
+from common import (UserError, atomic_write_text, autocast, default_tail, length_list, measure, parse_ckpts,
+                    parse_config,
                     pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 from data import Dataset
 from model import load_checkpoint
@@ -59,22 +60,6 @@ class EvalConfig:
     device: str = "auto"                # auto | cpu | cuda | mps
     dtype: str = "auto"                 # auto | float32 | bfloat16
     preset: str = ""                    # the preset used (set by --preset=NAME)
-
-
-def parse_ckpts(specs):
-    """['nope=out/nope/ckpt.pt', 'out/rope/ckpt.pt'] -> {'nope': ..., 'rope': ...}"""
-    out = {}
-    for spec in specs:
-        name, eq, path = spec.partition("=")
-        if not eq:
-            path = name
-            name = os.path.basename(os.path.dirname(os.path.abspath(path))) or "model"
-        if name in out:
-            raise UserError(f"two checkpoints are named {name!r}; name them: --ckpts=a=PATH,b=PATH")
-        out[name] = path
-    if not out:
-        raise UserError("no checkpoints given: --ckpts=NAME=PATH[,NAME=PATH...]")
-    return out
 
 
 def scales_of(model):

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from common import (UserError, atomic_write_text, autocast, length_list, parse_config, pick_device, pick_dtype,
-                    read_json, run_main, write_csv, write_json)
+from common import (UserError, atomic_write_text, autocast, length_list, parse_ckpts, parse_config, pick_device,
+                    pick_dtype, read_json, run_main, write_csv, write_json)
 from data import Dataset
 from data.passkey import Passkey
 from model import load_checkpoint
@@ -126,12 +126,7 @@ def main():
         raise UserError("--depths and --keys must be > 0")
     device = pick_device(cfg.device)
     ctx = autocast(device, pick_dtype(cfg.dtype, device))
-    ckpts = {}
-    for spec in cfg.ckpts:
-        name, eq, path = spec.partition("=")
-        if not eq:
-            raise UserError(f"--ckpts takes NAME=PATH pairs, got {spec!r}")
-        ckpts[name] = path
+    ckpts = parse_ckpts(cfg.ckpts)
     models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}
     Ls = {m.config.block_size for m, _ in models.values()}
     if len(Ls) > 1:

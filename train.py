@@ -125,9 +125,10 @@ def main():
     # --- model: fresh, resumed, or initialised from another checkpoint ----------------
     # cfg.block_size is the length we train on. Fine-tuning (--init_from) takes the model's shape
     # from that checkpoint, and keeps its L (config.block_size: what results count lengths in).
-    src_args = None
     if cfg.init_from:
-        src_args = load_checkpoint(cfg.init_from, "cpu")[1]["model_args"]
+        init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", dropout=cfg.dropout,
+                                                rope_scaling=cfg.rope_scaling, rope_factor=cfg.rope_factor)
+        src_args = init_ckpt["model_args"]
         if src_args["vocab_size"] != ds.vocab_size:
             raise UserError(f"{cfg.init_from} has vocabulary {src_args['vocab_size']}, dataset {cfg.dataset!r} "
                             f"has {ds.vocab_size}")
@@ -150,8 +151,7 @@ def main():
             raise UserError(f"{ckpt_path} already exists: pass --resume to continue it, --overwrite to "
                             "replace it, or another --out_dir")
         if cfg.init_from:
-            model, _ = load_checkpoint(cfg.init_from, "cpu", dropout=cfg.dropout, rope_scaling=cfg.rope_scaling,
-                                       rope_factor=cfg.rope_factor)
+            model = init_model
         else:
             model = GPT(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS}, vocab_size=ds.vocab_size))
     model.to(device)

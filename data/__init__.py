@@ -248,8 +248,3 @@ class Dataset:
         offsets = starts[doc[pick]] + slot[pick] * length
         data = self.tokens[split]
         return torch.from_numpy(np.stack([data[o:o + length + 1].astype(np.int64) for o in offsets]))
-
-    def too_short(self, length, split="val"):
-        """Names of documents too short for one window of this length (for error messages)."""
-        names, _, lengths = self.docs(split)
-        return [n for n, l in zip(names, lengths) if l < length + 1]
