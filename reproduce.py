@@ -16,7 +16,10 @@ same settings (rerun after an interruption and nothing finished is lost; --force
      of steps and sequences (train.py --init_from)
   4. evaluate every variant at L..16L, plus both models reading only their last L tokens
      (evaluate.py)
-  5. write out_dir/report.md: the table, the fitted lambda(i), the plots
+  5. passkey retrieval: both models fine-tuned on text mixed with passkey examples at L, the
+     uniform lambda, HeadScale and its ablations fitted on that NoPE at 4L, accuracy over
+     length x depth for each (train.py --passkey_frac, search_scales.py, passkey.py)
+  6. write out_dir/report.md: the table, the fitted lambda(i), the passkey table, the plots
 """
 
 import os
@@ -27,7 +30,8 @@ import time
 from dataclasses import dataclass, field
 
 from common import ROOT, UserError, format_seconds, load_preset, parse_config, read_json, run_main, write_json
-from data import dataset_dir
+from data import Dataset, dataset_dir
+from data.passkey import Passkey
 
 
 @dataclass
@@ -56,6 +60,13 @@ class StudyConfig:
     rope_grid_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0, 16.0])  # factor grid targets
     finetune_length: float = 4.0        # fine-tuned PI and YaRN: trained at this length (units of L)
     finetune_lr: float = 2e-4           # their learning rate (all weights; steps and sequences as HeadScale)
+    # passkey retrieval (stage 5): both models fine-tuned on text + passkey examples, then the remedies
+    passkey: bool = True                # run the passkey stage
+    passkey_steps: int = 600            # fine-tuning steps, batch 32 at L
+    passkey_frac: float = 0.5           # share of each batch that is passkey examples
+    passkey_lr: float = 1e-3            # their peak learning rate
+    passkey_lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])  # units of L
+    passkey_keys: int = 5               # keys per (length, depth) cell; 10 depths
 
 
 class Stages:
@@ -87,7 +98,9 @@ class Stages:
 
 
 def main():
-    cfg = parse_config(StudyConfig, section="reproduce", description=__doc__)
+    # the preset's own `reproduce` section applies too (a later --preset=NAME replaces this one)
+    cfg = parse_config(StudyConfig, [f"--preset={StudyConfig.preset}", *sys.argv[1:]], section="reproduce",
+                       description=__doc__)
     if not cfg.preset:
         raise UserError("give --preset=NAME (cpu, gpu or tiny)")
     t_start = time.time()
@@ -190,7 +203,45 @@ def main():
     stages.run("evaluate_window", ["evaluate.py", f"--ckpts={window_methods}", f"--context={L}", "--samples=false",
                                    *eval_common, f"--search_dir={scales}"], [os.path.join(ev, "results.json")])
 
-    # 5. the report
+    # 5. passkey retrieval. The models learn the skill by fine-tuning on text mixed with passkey
+    # examples at L; then, as in the paper, the NoPE remedies are fitted on the LM loss alone
+    # (uniform grid and HeadScale with its two ablations, at 4L) and every variant is tested
+    # on the same prompts
+    need = Passkey(Dataset(cfg.dataset).tokenizer).template_len() + 6 if cfg.passkey else 0
+    if cfg.passkey and L < need:
+        print(f"[passkey] skipped: L = {L} is shorter than a passkey example ({need} tokens); "
+              f"use --block_size={need} or more to run it")
+    elif cfg.passkey:
+        pk = os.path.join(out, "passkey")
+        for pe in ("nope", "rope"):
+            stages.run(f"passkey_train_{pe}", [
+                "train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}",
+                f"--init_from={os.path.join(out, pe, 'ckpt.pt')}", f"--out_dir={os.path.join(pk, pe)}",
+                f"--block_size={L}", f"--passkey_frac={cfg.passkey_frac:g}", "--batch_size=32", f"--max_iters={cfg.passkey_steps}",
+                f"--learning_rate={cfg.passkey_lr:g}", f"--min_lr={cfg.passkey_lr / 10:g}",
+                f"--warmup_iters={max(1, cfg.passkey_steps // 10)}", f"--eval_interval={cfg.passkey_steps}",
+                "--overwrite"], [os.path.join(pk, pe, "summary.json")])
+        pk_nope, pk_scales = os.path.join(pk, "nope", "ckpt.pt"), os.path.join(pk, "scales")
+        pk_common = [f"--ckpt={pk_nope}", f"--out_dir={pk_scales}", f"--preset={cfg.preset}"]
+        if cfg.fit_steps:
+            pk_common.append(f"--steps={cfg.fit_steps}")
+        stages.run("passkey_search", ["search_scales.py", *pk_common, f"--lengths={cfg.ablation_length:g}",
+                                      f"--fit_lengths={cfg.ablation_length:g}"],
+                   [os.path.join(pk_scales, f"head_{ab}.pt")])
+        for tag, extra in (("_noclamp", ["--min_scale=0"]), ("_noinit", ["--init=1"])):
+            stages.run(f"passkey_ablation{tag}", ["search_scales.py", *pk_common, "--grid=false",
+                                                  f"--fit_lengths={cfg.ablation_length:g}", f"--tag={tag}", *extra],
+                       [os.path.join(pk_scales, f"head_{ab}{tag}.pt")])
+        pk_methods = [f"nope={pk_nope}", f"rope={os.path.join(pk, 'rope', 'ckpt.pt')}",
+                      f"nope_uniform_{ab}={os.path.join(pk_scales, f'uniform_{ab}.pt')}"]
+        pk_methods += [f"nope_headscale_{ab}{tag}={os.path.join(pk_scales, f'head_{ab}{tag}.pt')}"
+                       for tag in ("", "_noclamp", "_noinit")]
+        stages.run("passkey_eval", ["passkey.py", f"--ckpts={','.join(pk_methods)}", f"--out_dir={pk}",
+                                    f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
+                                    f"--avg_up_to={max(cfg.passkey_lengths):g}"],
+                   [os.path.join(pk, "passkey.json")])
+
+    # 6. the report
     write_report(cfg, out, L, stages.seconds, time.time() - t_start)
 
 
@@ -239,6 +290,14 @@ def write_report(cfg, out, L, times, wall):
                   "|---|" + "---:|" * len(next(iter(rf.values())))]
         for m, by_len in rf.items():
             lines.append(f"| {m} | " + " | ".join(f"{s['best_factor']:g}" for s in by_len.values()) + " |")
+    pk_table = os.path.join(out, "passkey", "passkey.md")
+    if cfg.passkey and os.path.exists(pk_table):
+        pk = read_json(os.path.join(out, "passkey", "passkey.json"))
+        lines += ["", "**Passkey retrieval** (exact match, greedy; 10 depths x "
+                  f"{cfg.passkey_keys} keys per length; models fine-tuned with passkey examples at L; mean over "
+                  f"lengths up to {pk['avg_up_to']:g}L)", "", open(pk_table).read().strip(),
+                  "", "Heat maps: " + ", ".join(f"[{p}](passkey/{p})" for p in sorted(os.listdir(os.path.dirname(pk_table)))
+                                                if p.endswith(".png"))]
     check = subprocess.run([sys.executable, "findings.py", out], cwd=ROOT, capture_output=True, text=True)
     lines += ["", "**Which of the paper's findings hold here** (`python findings.py " + out + "`; criteria in its "
               "docstring)", "", "```", check.stdout.strip() or check.stderr.strip(), "```"]

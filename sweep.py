@@ -2,12 +2,13 @@
 The laptop recipe: run the study for several recipes and seeds, and tabulate which of the
 paper's findings hold (findings.py) with the numbers, the seeds and the wall time.
 
-    python sweep.py --recipes=base,lr1e-3 --seeds=1337,1338
-    python sweep.py --recipes=base --seeds=1337 --table_only     # rebuild sweep.md from the runs
+    python sweep.py --recipes=cpu,lr3e-3 --seeds=1337,1338
+    python sweep.py --recipes=cpu,cpu_long --table_only      # rebuild sweep.md from the runs
 
 Each (recipe, seed) is one `python reproduce.py` into out_dir/RECIPE_sSEED (resumable, like the
-study itself; the RoPE extension baselines are left out to save time). Two seeds for every
-claim: differences smaller than the spread between seeds are noise.
+study itself; the RoPE extension baselines and the passkey stage are left out to save time
+unless --extras). Two seeds for every claim: differences smaller than the spread between seeds
+are noise.
 """
 
 import os
@@ -17,25 +18,25 @@ from dataclasses import dataclass, field
 
 from common import ROOT, UserError, format_seconds, parse_config, read_json, run_main, atomic_write_text
 
-# recipe -> overrides of reproduce.py (on top of the preset)
+# recipe -> (preset, overrides of reproduce.py)
 RECIPES = {
-    "base": [],                                             # the CPU preset: 4x4x128, L=128, lr 2e-3
-    "lr1e-3": ["--learning_rate=1e-3"],                     # the first measurement's NoPE learning rate
-    "lr3e-3": ["--learning_rate=3e-3"],
-    "L64": ["--block_size=64", "--batch_size=128"],         # same tokens per step, shorter L
-    "L256": ["--block_size=256", "--batch_size=32"],
-    "deep6": ["--n_layer=6"],
-    "wide192": ["--n_embd=192", "--n_head=6"],
-    "long2x": ["--max_iters=1600"],                         # twice the training tokens
-    "shakespeare": ["--dataset=shakespeare_char"],          # needs data/shakespeare_char prepared
+    "cpu": ("cpu", []),                                     # the CPU preset: 4x4x128, L=128, 800 x 32 x 128 tokens
+    "cpu_long": ("cpu_long", []),                           # twice the tokens (batch 64), evaluation to 16L
+    "lr1e-3": ("cpu", ["--learning_rate=1e-3"]),            # the first measurement's NoPE learning rate
+    "lr3e-3": ("cpu", ["--learning_rate=3e-3"]),
+    "L64": ("cpu", ["--block_size=64", "--batch_size=64"]),  # same tokens per step, shorter L
+    "L256": ("cpu", ["--block_size=256", "--batch_size=16"]),
+    "deep6": ("cpu", ["--n_layer=6"]),
+    "wide192": ("cpu", ["--n_embd=192", "--n_head=6"]),
+    "shakespeare": ("cpu", ["--dataset=shakespeare_char"]),  # needs data/shakespeare_char prepared
 }
 
 
 @dataclass
 class SweepConfig:
-    recipes: list[str] = field(default_factory=lambda: ["base"])   # names from RECIPES in sweep.py
+    recipes: list[str] = field(default_factory=lambda: ["cpu"])    # names from RECIPES in sweep.py
     seeds: list[int] = field(default_factory=lambda: [1337, 1338])  # training seeds, each a full study
-    preset: str = "cpu"                 # the preset every recipe starts from
+    extras: bool = False                # also the RoPE extension baselines and the passkey stage (slow)
     out_dir: str = "out/sweep"          # one folder per (recipe, seed), plus sweep.md
     table_only: bool = False            # only rebuild the table from finished runs
 
@@ -55,8 +56,9 @@ def main():
         runs = [os.path.join(cfg.out_dir, f"{recipe}_s{seed}") for seed in cfg.seeds]
         if not cfg.table_only:
             for seed, run in zip(cfg.seeds, runs):
-                cmd = [sys.executable, "reproduce.py", f"--preset={cfg.preset}", f"--out_dir={run}", f"--seed={seed}",
-                       "--rope_baselines=false", *RECIPES[recipe]]
+                preset, overrides = RECIPES[recipe]
+                cmd = [sys.executable, "reproduce.py", f"--preset={preset}", f"--out_dir={run}", f"--seed={seed}",
+                       *overrides, *([] if cfg.extras else ["--rope_baselines=false", "--passkey=false"])]
                 print(f"[sweep] {' '.join(cmd[1:])}", flush=True)
                 if subprocess.run(cmd, cwd=ROOT).returncode != 0:
                     raise UserError(f"the study for {recipe} seed {seed} failed; rerun to continue where it stopped")

@@ -222,12 +222,20 @@ def main():
             g.manual_seed(cfg.seed * 1_000_003 + rank * 7_919 + iter_num * 101 + micro)
             x, y = ds.get_batch("train", cfg.batch_size, cfg.block_size, g, device)
             if passkey is not None:
-                xy = passkey.training_rows(n_passkey, cfg.block_size + 1, g).to(device)
-                x[:n_passkey], y[:n_passkey] = xy[:, :-1], xy[:, 1:]
+                xy, is_answer = passkey.training_rows(n_passkey, cfg.block_size + 1, g)
+                y = y.clone()  # x and y are views of one tensor
+                x[:n_passkey], y[:n_passkey] = xy[:, :-1].to(device), xy[:, 1:].to(device)
+                y[:n_passkey][~is_answer[:, 1:].to(device)] = -1  # score only the answer in passkey rows
             if ddp:  # sync gradients only on the last micro-step
                 model.require_backward_grad_sync = micro == cfg.gradient_accumulation_steps - 1
             with ctx:
-                _, loss = model(x, y)
+                if passkey is None:
+                    _, loss = model(x, y)
+                else:  # the answer's few tokens get a mean of their own: among the text's they barely count
+                    _, tok = model(x, y, reduction="none")  # (B, T), 0 where y = -1
+                    loss = tok[:n_passkey].sum() / (y[:n_passkey] >= 0).sum()
+                    if n_passkey < cfg.batch_size:
+                        loss = loss + tok[n_passkey:].mean()
             (loss / cfg.gradient_accumulation_steps).backward()
             loss_sum += loss.detach()
             loss_count += 1

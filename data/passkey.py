@@ -61,12 +61,14 @@ class Passkey:
         return np.concatenate([fill[:cut], key_ids, fill[cut:], self.question])
 
     def training_rows(self, count, length, generator):
-        """`count` sequences of `length` tokens: a prompt followed by its answer, with random
-        keys and depths drawn from the torch generator (so training stays reproducible)."""
-        rows = []
+        """`count` sequences of `length` tokens, each a prompt followed by its answer, with random
+        keys and depths drawn from the torch generator (so training stays reproducible), and a
+        (count, length) bool mask of the answer tokens."""
+        rows, masks = [], []
         for _ in range(count):
             key = int(torch.randint(10000, 100000, (1,), generator=generator))
             depth = float(torch.rand(1, generator=generator)) * 0.999
             ans = self.answer(key)
             rows.append(np.concatenate([self.prompt(length - len(ans), depth, key), ans]))
-        return torch.from_numpy(np.stack(rows))
+            masks.append(np.arange(length) >= length - len(ans))
+        return torch.from_numpy(np.stack(rows)), torch.from_numpy(np.stack(masks))

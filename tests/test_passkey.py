@@ -37,13 +37,14 @@ def test_bad_input():
 
 def test_training_rows_are_reproducible_and_end_with_their_key():
     pk = Passkey(TOK)
-    a = pk.training_rows(3, 129, torch.Generator().manual_seed(1))
-    b = pk.training_rows(3, 129, torch.Generator().manual_seed(1))
-    assert a.shape == (3, 129) and torch.equal(a, b)
-    for row in a:
+    a, mask = pk.training_rows(3, 129, torch.Generator().manual_seed(1))
+    b, _ = pk.training_rows(3, 129, torch.Generator().manual_seed(1))
+    assert a.shape == mask.shape == (3, 129) and torch.equal(a, b)
+    for row, m in zip(a, mask):
         text = TOK.decode(row.tolist())
         key = text[-5:]
         assert key.isdigit() and f"The pass key is {key}." in text
+        assert TOK.decode(row[m].tolist()) == f" {key}"  # the mask marks exactly the answer
 
 
 @pytest.mark.slow
