@@ -58,32 +58,51 @@ def accuracy(model, pk, n, depth, keys, device, ctx):
 
 
 def plot(out_dir, rows, avg):
+    """A heat map (depth x length) per model, and all of them side by side in passkey_all.png."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     methods = list(dict.fromkeys(r[0] for r in rows))
     lengths = sorted({r[1] for r in rows})
     depths = sorted({r[2] for r in rows})
-    drawn = []
+    grids = {}
     for m in methods:
         acc = np.full((len(depths), len(lengths)), np.nan)
         for r in rows:
             if r[0] == m:
                 acc[depths.index(r[2]), lengths.index(r[1])] = r[3]
-        fig, ax = plt.subplots(figsize=(1.5 + 0.8 * len(lengths), 4))
-        im = ax.imshow(acc, cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
+        grids[m] = acc
+
+    def draw(ax, m, first_column=True):
+        im = ax.imshow(grids[m], cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
         ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
-        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
+        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths] if first_column else [])
         ax.set_xlabel("prompt length (tokens)")
-        ax.set_ylabel("depth of the key")
-        ax.set_title(f"passkey accuracy: {m} (mean {avg[m]:.0%})", fontsize=9)
-        fig.colorbar(im, ax=ax, label="exact-match accuracy")
+        if first_column:
+            ax.set_ylabel("depth of the key")
+        ax.set_title(f"{m} (mean {avg[m]:.0%})", fontsize=9)
+        return im
+
+    drawn = []
+    for m in methods:
+        fig, ax = plt.subplots(figsize=(1.5 + 0.8 * len(lengths), 4))
+        fig.colorbar(draw(ax, m), ax=ax, label="exact-match accuracy")
         fig.tight_layout()
-        name = f"passkey_{m}.png"
-        fig.savefig(os.path.join(out_dir, name), dpi=110)
+        fig.savefig(os.path.join(out_dir, f"passkey_{m}.png"), dpi=110)
         plt.close(fig)
-        drawn.append(name)
-    return drawn
+        drawn.append(f"passkey_{m}.png")
+    cols = min(3, len(methods))
+    nrows = -(-len(methods) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(1 + cols * (0.6 + 0.7 * len(lengths)), nrows * 3.4),
+                             squeeze=False, layout="constrained")
+    for i, (ax, m) in enumerate(zip(axes.flat, methods)):
+        im = draw(ax, m, first_column=i % cols == 0)
+    for ax in axes.flat[len(methods):]:
+        ax.axis("off")
+    fig.colorbar(im, ax=axes, label="exact-match accuracy", shrink=0.8)
+    fig.savefig(os.path.join(out_dir, "passkey_all.png"), dpi=100)
+    plt.close(fig)
+    return drawn + ["passkey_all.png"]
 
 
 def summarise(out_dir, rows, L, avg_up_to):
@@ -91,14 +110,17 @@ def summarise(out_dir, rows, L, avg_up_to):
     methods = list(dict.fromkeys(r[0] for r in rows))
     lengths = sorted({r[1] for r in rows})
     by = {(m, n): np.mean([r[3] for r in rows if r[0] == m and r[1] == n]) for m in methods for n in lengths}
+    if min(lengths) > avg_up_to * L:
+        raise UserError(f"--avg_up_to={avg_up_to:g} is below every evaluated length; raise it")
     avg = {m: float(np.mean([by[m, n] for n in lengths if n <= avg_up_to * L])) for m in methods}
-    lines = ["| method | " + " | ".join(f"{n / L:g}L" for n in lengths) + f" | mean up to {avg_up_to:g}L |",
+    upto = max(n for n in lengths if n <= avg_up_to * L) / L  # the longest length in the mean
+    lines = ["| method | " + " | ".join(f"{n / L:g}L" for n in lengths) + f" | mean up to {upto:g}L |",
              "|---|" + "---:|" * (len(lengths) + 1)]
     for m in methods:
         lines.append(f"| {m} | " + " | ".join(f"{by[m, n]:.0%}" for n in lengths) + f" | {avg[m]:.0%} |")
     table = "\n".join(lines)
     atomic_write_text(os.path.join(out_dir, "passkey.md"), table + "\n")
-    write_json(os.path.join(out_dir, "passkey.json"), {"train_len": L, "avg_up_to": avg_up_to, "mean_accuracy": avg,
+    write_json(os.path.join(out_dir, "passkey.json"), {"train_len": L, "avg_up_to": upto, "mean_accuracy": avg,
                                                       "by_length": {m: {str(n): by[m, n] for n in lengths}
                                                                     for m in methods}})
     return table, avg

@@ -57,7 +57,7 @@ class StudyConfig:
     windows: int = 0                    # evaluation windows per length (0 = the scripts' default)
     fit_steps: int = 0                  # HeadScale steps (0 = the preset's, else 200)
     rope_baselines: bool = True         # RoPE with PI, NTK-aware and YaRN: zero-shot and fine-tuned rows
-    rope_grid_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0, 16.0])  # factor grid targets
+    rope_grid_lengths: list[float] = field(default_factory=list)  # factor grid targets (empty = `lengths` past L)
     finetune_length: float = 4.0        # fine-tuned PI and YaRN: trained at this length (units of L)
     finetune_lr: float = 2e-4           # their learning rate (all weights; steps and sequences as HeadScale)
     # passkey retrieval (stage 5): both models fine-tuned on text + passkey examples, then the remedies
@@ -160,7 +160,7 @@ def main():
     if cfg.rope_baselines:
         stages.run("rope_grid", ["search_scales.py", f"--ckpt={rope_ckpt}", f"--out_dir={rope_scales}",
                                  f"--preset={cfg.preset}", "--grid=false", "--fit_lengths=", "--rope_grid",
-                                 f"--lengths={lengths(cfg.rope_grid_lengths)}"]
+                                 f"--lengths={lengths(cfg.rope_grid_lengths or [k for k in cfg.lengths if k > 1])}"]
                    + ([f"--windows={cfg.windows}"] if cfg.windows else []),
                    [os.path.join(rope_scales, "rope_factors.json")])
         search_preset = load_preset(cfg.preset, "search_scales")
@@ -217,7 +217,8 @@ def main():
             stages.run(f"passkey_train_{pe}", [
                 "train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}",
                 f"--init_from={os.path.join(out, pe, 'ckpt.pt')}", f"--out_dir={os.path.join(pk, pe)}",
-                f"--block_size={L}", f"--passkey_frac={cfg.passkey_frac:g}", "--batch_size=32", f"--max_iters={cfg.passkey_steps}",
+                f"--block_size={L}", f"--passkey_frac={cfg.passkey_frac:g}", "--batch_size=32",
+                f"--max_iters={cfg.passkey_steps}",
                 f"--learning_rate={cfg.passkey_lr:g}", f"--min_lr={cfg.passkey_lr / 10:g}",
                 f"--warmup_iters={max(1, cfg.passkey_steps // 10)}", f"--eval_interval={cfg.passkey_steps}",
                 "--overwrite"], [os.path.join(pk, pe, "summary.json")])

@@ -57,7 +57,7 @@ class TrainConfig:
     beta1: float = 0.9                  # AdamW beta1
     beta2: float = 0.99                 # AdamW beta2
     grad_clip: float = 1.0              # clip the global gradient norm (0 = off)
-    passkey_frac: float = 0.0           # share of each batch replaced by passkey examples (data/passkey.py)
+    passkey_frac: float = 0.0           # share of each batch that is passkey examples (loss: text + answers)
     # evaluation and logging
     eval_interval: int = 250            # validate and checkpoint every this many steps
     eval_iters: int = 8                 # validation batches (fixed windows, same every time)
