@@ -61,14 +61,19 @@ class Passkey:
         return np.concatenate([fill[:cut], key_ids, fill[cut:], self.question])
 
     def training_rows(self, count, length, generator):
-        """`count` sequences of `length` tokens, each a prompt followed by its answer, with random
-        keys and depths drawn from the torch generator (so training stays reproducible), and a
-        (count, length) bool mask of the answer tokens."""
+        """`count` sequences of `length` tokens, each a prompt and its answer, then filler up to
+        `length`, with random keys, depths and prompt lengths drawn from the torch generator (so
+        training stays reproducible), and a (count, length) bool mask of the answer tokens.
+        The prompt length varies so that the answer's position does: a model with positions
+        (RoPE) otherwise learns to answer only at the one position it was trained at."""
         rows, masks = [], []
         for _ in range(count):
             key = int(torch.randint(10000, 100000, (1,), generator=generator))
             depth = float(torch.rand(1, generator=generator)) * 0.999
             ans = self.answer(key)
-            rows.append(np.concatenate([self.prompt(length - len(ans), depth, key), ans]))
-            masks.append(np.arange(length) >= length - len(ans))
+            shortest = self.template_len(key) + 1
+            n = int(torch.randint(shortest, length - len(ans) + 1, (1,), generator=generator))
+            row = np.concatenate([self.prompt(n, depth, key), ans, np.resize(self.filler, length - n - len(ans))])
+            rows.append(row)
+            masks.append((np.arange(length) >= n) & (np.arange(length) < n + len(ans)))
         return torch.from_numpy(np.stack(rows)), torch.from_numpy(np.stack(masks))

@@ -40,11 +40,16 @@ def test_training_rows_are_reproducible_and_end_with_their_key():
     a, mask = pk.training_rows(3, 129, torch.Generator().manual_seed(1))
     b, _ = pk.training_rows(3, 129, torch.Generator().manual_seed(1))
     assert a.shape == mask.shape == (3, 129) and torch.equal(a, b)
+    ends = set()
     for row, m in zip(a, mask):
-        text = TOK.decode(row.tolist())
-        key = text[-5:]
-        assert key.isdigit() and f"The pass key is {key}." in text
-        assert TOK.decode(row[m].tolist()) == f" {key}"  # the mask marks exactly the answer
+        answer = TOK.decode(row[m].tolist())  # the mask marks exactly the answer...
+        key = answer.strip()
+        assert answer == f" {key}" and key.isdigit() and len(key) == 5
+        end = int(m.nonzero()[-1]) + 1
+        prompt = TOK.decode(row[:end].tolist())
+        assert f"The pass key is {key}." in prompt and prompt.endswith(f"{QUESTION} {key}")  # ...after its question
+        ends.add(end)
+    assert len(ends) == 3  # the answer's position varies from row to row
 
 
 @pytest.mark.slow
