@@ -5,8 +5,9 @@ Passkey retrieval: can a model still find one 5-digit number hidden far back?
     python passkey.py --out_dir=out/passkey --plot_only
 
 Models learn the skill from train.py --passkey_frac (ordinary text mixed with passkey examples
-at the training length L). For each length n and depth d (0%, 10%, ... 90% of the filler), the
-same `keys` random keys for every model; exact match of the greedy continuation. Writes
+at the training length L). For each length n (the prompt and its answer fill n tokens) and
+depth d (0%, 10%, ... 90% of the filler), the same `keys` random keys for every model; exact
+match of the greedy continuation. Writes
 passkey.csv (method, length, depth, accuracy, n), passkey.json (the average accuracy over
 lengths up to avg_up_to, as the paper reports), a heat map (length x depth) per model and a
 markdown table.
@@ -44,16 +45,17 @@ class PasskeyConfig:
 
 @torch.no_grad()
 def accuracy(model, pk, n, depth, keys, device, ctx):
-    """Exact-match accuracy of greedy decoding for these keys at length n and depth."""
-    prompts = torch.from_numpy(np.stack([pk.prompt(n, depth, k) for k in keys])).to(device)
+    """Exact-match accuracy of greedy decoding for these keys at length n and depth: the
+    prompt and the answer's tokens fill n positions, so at n = L every token is in range."""
     answers = [pk.answer(k).tolist() for k in keys]
     steps = max(len(a) for a in answers)
+    prompts = torch.from_numpy(np.stack([pk.prompt(n - steps, depth, k) for k in keys])).to(device)
     idx = prompts
     for _ in range(steps):  # greedy, recomputing the whole prefix (no cache needed at these sizes)
         with ctx:
             logits, _ = model(idx)
         idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    out = idx[:, n:].tolist()
+    out = idx[:, n - steps:].tolist()
     return sum(o[:len(a)] == a for o, a in zip(out, answers)) / len(keys)
 
 
@@ -158,8 +160,9 @@ def main():
     ds = Dataset(cfg.dataset or first.get("dataset", {}).get("name") or first.get("config", {}).get("dataset"))
     pk = Passkey(ds.tokenizer)
     lengths = length_list(cfg.lengths, L)
-    if min(lengths) < pk.template_len():
-        raise UserError(f"length {min(lengths)} is shorter than the passkey template ({pk.template_len()} tokens)")
+    need = pk.template_len() + len(pk.answer(99999))
+    if min(lengths) < need:
+        raise UserError(f"length {min(lengths)} is shorter than the passkey template and its answer ({need} tokens)")
     rng = np.random.default_rng(cfg.seed)
     keys = rng.integers(10000, 100000, size=(len(lengths), cfg.depths, cfg.keys)).tolist()
     rows = [r for r in read_rows(csv_path) if r[0] not in models] if os.path.exists(csv_path) else []

@@ -41,9 +41,15 @@ class SweepConfig:
     table_only: bool = False            # only rebuild the table from finished runs
 
 
-def study_seconds(run):
+def core_seconds(run):
+    """Wall time of the stages findings 1-7 read: training (train.py's own clock, which counts
+    across a resume), the lambda search and its ablations, the evaluations; not the RoPE
+    extension baselines or the passkey stage."""
     stages = os.path.join(run, "stages")
-    return sum(read_json(os.path.join(stages, f))["seconds"] for f in os.listdir(stages)) if os.path.isdir(stages) else 0
+    train = sum(read_json(os.path.join(run, pe, "summary.json"))["wall_seconds"] for pe in ("nope", "rope"))
+    rest = sum(read_json(os.path.join(stages, f))["seconds"] for f in os.listdir(stages)
+               if f.startswith(("search", "ablation", "evaluate.", "evaluate_window")))
+    return train + rest
 
 
 def main():
@@ -69,9 +75,9 @@ def main():
         subprocess.run([sys.executable, "findings.py", *done, f"--name={recipe}", f"--out={out_json}"], cwd=ROOT,
                        check=True)
         f = read_json(out_json)
-        rows.append((recipe, [int(r.rsplit("_s", 1)[1]) for r in done], [study_seconds(r) for r in done], f))
+        rows.append((recipe, [int(r.rsplit("_s", 1)[1]) for r in done], [core_seconds(r) for r in done], f))
     keys = sorted({k for *_, f in rows for k in f["findings"]}, key=int)
-    lines = ["| recipe | seeds | wall per study | " + " | ".join(f"({k})" for k in keys) + " |",
+    lines = ["| recipe | seeds | core wall time per seed | " + " | ".join(f"({k})" for k in keys) + " |",
              "|---|---|---|" + "---|" * len(keys)]
     for recipe, seeds, secs, f in rows:
         cells = []
