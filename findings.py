@@ -81,8 +81,9 @@ def check_run(run):
     f[5] = (bool(a > 0 and r2 >= 0.9), f"a = {a:.3f}, R^2 = {r2:.3f}")
     n4 = 4 * L
     if {"nope_headscale_4L", "nope_uniform_4L"} <= set(results["methods"]):
-        hs, un, one = (loss_at(results, m, n4) for m in ("nope_headscale_4L", "nope_uniform_4L", "nope"))
-        f[6] = (hs < un < one, f"at 4L: HeadScale {hs:.3f}, uniform {un:.3f}, lambda=1 {one:.3f}")
+        if n4 in results["methods"]["nope"]["lengths"]:  # (a study evaluated only up to 2L has no 4L)
+            hs, un, one = (loss_at(results, m, n4) for m in ("nope_headscale_4L", "nope_uniform_4L", "nope"))
+            f[6] = (hs < un < one, f"at 4L: HeadScale {hs:.3f}, uniform {un:.3f}, lambda=1 {one:.3f}")
         cost = loss_at(results, "nope_headscale_4L", L) - nope_L
         f[7] = (cost < 0.05, f"HeadScale at L: {cost:+.3f} nats")
     pk_path = os.path.join(run, "passkey", "passkey.json")
