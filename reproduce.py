@@ -57,7 +57,7 @@ class StudyConfig:
     windows: int = 0                    # evaluation windows per length (0 = the scripts' default)
     fit_steps: int = 0                  # HeadScale steps (0 = the preset's, else 200)
     rope_baselines: bool = True         # RoPE with PI, NTK-aware and YaRN: zero-shot and fine-tuned rows
-    rope_grid_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0, 16.0])  # factor grid targets
+    rope_grid_lengths: list[float] = field(default_factory=list)  # factor grid targets (empty = `lengths` past L)
     finetune_length: float = 4.0        # fine-tuned PI and YaRN: trained at this length (units of L)
     finetune_lr: float = 2e-4           # their learning rate (all weights; steps and sequences as HeadScale)
     # passkey retrieval (stage 5): both models fine-tuned on text + passkey examples, then the remedies
@@ -160,7 +160,7 @@ def main():
     if cfg.rope_baselines:
         stages.run("rope_grid", ["search_scales.py", f"--ckpt={rope_ckpt}", f"--out_dir={rope_scales}",
                                  f"--preset={cfg.preset}", "--grid=false", "--fit_lengths=", "--rope_grid",
-                                 f"--lengths={lengths(cfg.rope_grid_lengths)}"]
+                                 f"--lengths={lengths(cfg.rope_grid_lengths or [k for k in cfg.lengths if k > 1])}"]
                    + ([f"--windows={cfg.windows}"] if cfg.windows else []),
                    [os.path.join(rope_scales, "rope_factors.json")])
         search_preset = load_preset(cfg.preset, "search_scales")
