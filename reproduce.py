@@ -300,7 +300,7 @@ def write_report(cfg, out, L, times, wall):
                   "", "Heat maps: " + ", ".join(f"[{p}](passkey/{p})" for p in sorted(os.listdir(os.path.dirname(pk_table)))
                                                 if p.endswith(".png"))]
     check = subprocess.run([sys.executable, "findings.py", out], cwd=ROOT, capture_output=True, text=True)
-    lines += ["", "**Which of the paper's findings hold here** (`python findings.py " + cfg.out_dir + "`; criteria in its "
+    lines += ["", "**Which of the paper's findings hold here** (`python findings.py " + os.path.relpath(out, ROOT) + "`; criteria in its "
               "docstring)", "", "```", check.stdout.strip() or check.stderr.strip(), "```"]
     lines += ["", "Plots: " + ", ".join(f"[{p}](eval/{p})" for p in sorted(os.listdir(ev)) if p.endswith(".png")),
               "", "Samples: [eval/samples.md](eval/samples.md)", "",
