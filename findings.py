@@ -2,7 +2,7 @@
 Which of the paper's findings hold in one or more runs of reproduce.py (one per seed).
 
     python findings.py out/study                       # one run
-    python findings.py out/sweep/base_s1 out/sweep/base_s2 --name=base --out=out/sweep/base.json
+    python findings.py out/sweep/cpu_s1337 out/sweep/cpu_s1338 --name=cpu --out=out/sweep/cpu.json
 
 Reads only the files the study wrote. The criteria are fixed here, before looking at any
 result, and are never tuned to make a finding pass:
