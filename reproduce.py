@@ -57,7 +57,6 @@ class StudyConfig:
     windows: int = 0                    # evaluation windows per length (0 = the scripts' default)
     fit_steps: int = 0                  # HeadScale steps (0 = the preset's, else 200)
     rope_baselines: bool = True         # RoPE with PI, NTK-aware and YaRN: zero-shot and fine-tuned rows
-    rope_grid_lengths: list[float] = field(default_factory=list)  # factor grid targets (empty = `lengths` past L)
     finetune_length: float = 4.0        # fine-tuned PI and YaRN: trained at this length (units of L)
     finetune_lr: float = 2e-4           # their learning rate (all weights; steps and sequences as HeadScale)
     # passkey retrieval (stage 5): both models fine-tuned on text + passkey examples, then the remedies
@@ -160,7 +159,7 @@ def main():
     if cfg.rope_baselines:
         stages.run("rope_grid", ["search_scales.py", f"--ckpt={rope_ckpt}", f"--out_dir={rope_scales}",
                                  f"--preset={cfg.preset}", "--grid=false", "--fit_lengths=", "--rope_grid",
-                                 f"--lengths={lengths(cfg.rope_grid_lengths or [k for k in cfg.lengths if k > 1])}"]
+                                 f"--lengths={lengths([k for k in cfg.lengths if k > 1])}"]  # the evaluated lengths past L
                    + ([f"--windows={cfg.windows}"] if cfg.windows else []),
                    [os.path.join(rope_scales, "rope_factors.json")])
         search_preset = load_preset(cfg.preset, "search_scales")
@@ -300,8 +299,8 @@ def write_report(cfg, out, L, times, wall):
                   "", "Heat maps: " + ", ".join(f"[{p}](passkey/{p})" for p in sorted(os.listdir(os.path.dirname(pk_table)))
                                                 if p.endswith(".png"))]
     check = subprocess.run([sys.executable, "findings.py", out], cwd=ROOT, capture_output=True, text=True)
-    lines += ["", "**Which of the paper's findings hold here** (`python findings.py " + os.path.relpath(out, ROOT) + "`; criteria in its "
-              "docstring)", "", "```", check.stdout.strip() or check.stderr.strip(), "```"]
+    lines += ["", f"**Which of the paper's findings hold here** (`python findings.py {os.path.relpath(out, ROOT)}`; "
+              "criteria in its docstring)", "", "```", check.stdout.strip() or check.stderr.strip(), "```"]
     lines += ["", "Plots: " + ", ".join(f"[{p}](eval/{p})" for p in sorted(os.listdir(ev)) if p.endswith(".png")),
               "", "Samples: [eval/samples.md](eval/samples.md)", "",
               "Stage times: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in times.items()),

@@ -116,7 +116,7 @@ def test_evaluate_bad_input(trained, tmp_path):
 def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
     out = tmp_path / "study"
     # L = 104: just long enough for a passkey example, so the passkey stage runs too
-    fast = ["--lengths=1,2", "--grid_lengths=2,4", "--rope_grid_lengths=2", "--block_size=104", "--passkey_steps=6",
+    fast = ["--lengths=1,2", "--grid_lengths=2,4", "--block_size=104", "--passkey_steps=6",
             "--passkey_keys=1", "--passkey_lengths=1"]
     proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, timeout=600)
     assert (out / "report.md").exists()
