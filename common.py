@@ -14,6 +14,7 @@ import dataclasses
 import inspect
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -24,6 +25,10 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parent
+# What a measurement means. Bump it when that changes (the start token, the windows, the
+# metrics): evaluate.py refuses to merge results of another version, and reproduce.py reruns
+# every stage whose stamp records another. 2: start token, disjoint eval/search windows.
+PROTOCOL = 2
 
 
 class UserError(Exception):
@@ -87,9 +92,12 @@ def _convert(name, typ, value):
         if isinstance(value, bool):
             raise UserError(f"--{name} expects a number, got {value!r}")
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
             raise UserError(f"--{name} expects a number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise UserError(f"--{name} expects a finite number, got {value!r}")
+        return number
     if typ is str:
         if not isinstance(value, str):
             raise UserError(f"--{name} expects a string, got {value!r}")
@@ -307,18 +315,23 @@ def _losses(model, x, y, ctx, mask_window, entropy, chunk):
 
 
 def _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size):
-    """Each token reads only (about) its last `context` tokens: positions < context come from the
-    window's first `context` tokens; later ones from sub-windows of `context` tokens that end
-    at them, stride s = context/8, each scoring its last s positions (so every scored token
-    sees between 7/8 and all of `context` tokens). Costs about 8x a plain pass."""
+    """Each token reads only (about) its last `context` positions: positions < context come from
+    the window's first `context` positions; later ones from sub-windows of `context` positions
+    that end at them, stride s = context/8, each scoring its last s positions (so every scored
+    token sees between 7/8 and all of `context` positions). A model trained with the start token
+    never saw text without it, so each of its sub-windows is the start token (the window's
+    position 0) and the last context - 1 tokens. Costs about 8x a plain pass."""
     B, T = x.shape
     loss, ent = _losses(model, x[:, :context], y[:, :context], ctx, None, entropy, chunk)
     losses, ents = [loss], [ent]
     s = max(1, context // 8)
     ends = [min(c + s, T) for c in range(context, T, s)]      # each sub-window ends here (exclusive)
     starts = [e - context for e in ends]
-    xs = torch.cat([x[:, a:e] for a, e in zip(starts, ends)])  # (B * K, context), sub-window-major
-    ys = torch.cat([y[:, a:e] for a, e in zip(starts, ends)])
+    if getattr(model.config, "bos", False):  # [start token, last context - 1 tokens]
+        xs = torch.cat([torch.cat([x[:, :1], x[:, a + 1:e]], 1) for a, e in zip(starts, ends)])
+    else:
+        xs = torch.cat([x[:, a:e] for a, e in zip(starts, ends)])  # (B * K, context), sub-window-major
+    ys = torch.cat([y[:, a:e] for a, e in zip(starts, ends)])   # position 0's target is never kept
     parts = [_losses(model, xs[i:i + batch_size], ys[i:i + batch_size], ctx, None, entropy, chunk)
              for i in range(0, xs.size(0), batch_size)]
     sub_loss = torch.cat([p[0] for p in parts]).view(len(ends), B, context)
@@ -339,14 +352,15 @@ def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=No
     context: each token reads at most its last `context` tokens, by recomputation over
     sub-windows (context_mode="recompute", exact: the model sees only those tokens) or by a
     sliding-window attention mask in every layer ("mask": through the layers information
-    still flows from further back, and a NoPE model loses its sense of position).
+    still flows from further back; a model trained with the start token keeps it visible).
+    Sums are kept in float32 on the model's device (Apple's MPS has no float64).
     Returns {'loss': (n,) mean loss per position in nats, 'tokens': k * n,
              'entropy': (n_layer, n_head, n) mean attention entropy in bits, or None}.
     Uses the fused SDPA path unless entropy is asked for."""
     model.eval()
     device = next(model.parameters()).device
     k, n = windows.size(0), windows.size(1) - 1
-    loss_sum = torch.zeros(n, dtype=torch.float64)
+    loss_sum = torch.zeros(n, device=device)  # float32
     ent_sum = None
     for b in range(0, k, batch_size):
         xy = windows[b:b + batch_size].to(device)
@@ -355,13 +369,13 @@ def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=No
             loss, ent = _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size)
         else:
             loss, ent = _losses(model, x, y, ctx, context if context_mode == "mask" else None, entropy, chunk)
-        loss_sum += loss.double().sum(0).cpu()                     # (n,)
+        loss_sum += loss.sum(0)                                    # (n,)
         if entropy:
-            e = ent.double().sum(0).cpu()                          # (n_layer, n_head, n)
+            e = ent.float().sum(0)                                 # (n_layer, n_head, n)
             ent_sum = e if ent_sum is None else ent_sum + e
-    out = {"loss": (loss_sum / k).numpy(), "tokens": k * n, "entropy": None}
+    out = {"loss": (loss_sum / k).cpu().numpy().astype("float64"), "tokens": k * n, "windows": k, "entropy": None}
     if entropy:
-        out["entropy"] = (ent_sum / k).numpy()
+        out["entropy"] = (ent_sum / k).cpu().numpy().astype("float64")
     return out
 
 

@@ -6,12 +6,17 @@ Measure checkpoints past their training length L, and draw the paper's figures.
     python evaluate.py --out_dir=out/eval --search_dir=out/nope/scales --plot_only
 
 For each checkpoint and each length n (default L, 1.5L, 2L, 3L, 4L, 8L, 16L), on the same
-fixed, seeded validation windows (each inside one document, none overlapping):
+fixed, seeded validation windows (each inside one document, none overlapping, from the "eval"
+subset that the scale search never sees; a model trained with the start token reads it at
+position 0, and every model scores the same target tokens):
   - loss: the plain mean over every position of the windows (nats per token)
   - tail_loss: the paper's metric, only the last `tail` tokens of each n-token window scored
     (the paper: 256 of 2048, here L/8 by default), i.e. tokens that see ~n tokens of context
+  - excess: a row's loss minus that of the same model reading only its last L positions
+    (REFERENCE below) at the same length, on the same windows: what the long context costs
   - per-position loss up to the longest length, and attention entropy in bits per
-    (layer, head, position) with the uniform bound log2(i+1)
+    (layer, head, position) with the uniform bound log2(i), from the same pass over the same
+    windows (the explicit softmax path)
   - text samples continuing a prompt of 3L tokens
 Results merge into out_dir/results.json by method name, so several runs (e.g. one with
 --context) build one table. Plots are drawn from the saved files alone (--plot_only).
@@ -26,9 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from common import (UserError, atomic_write_text, autocast, default_tail, length_list, measure, parse_ckpts,
-                    parse_config,
-                    pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
+from common import (PROTOCOL, UserError, atomic_write_text, autocast, default_tail, length_list, measure,
+                    parse_ckpts, parse_config, pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 from data import Dataset
 from model import load_checkpoint
 
@@ -46,8 +50,7 @@ class EvalConfig:
     rope_scaling: str = ""              # RoPE checkpoints, zero-shot: pi | ntk | yarn ('' = as trained)
     rope_factors: str = ""              # rope_factors.json of search_scales.py: best factor per length
                                         # ('' or a length not in it: factor n / L)
-    entropy: bool = True                # measure attention entropy at the longest length (explicit path)
-    entropy_windows: int = 16           # windows for the entropy measurement
+    entropy: bool = True                # attention entropy at the longest length (explicit path, same windows)
     bin: int = 0                        # position bin width for curves (0 = L/16)
     samples: bool = True                # generate a text sample per model from a 3L-token prompt
     sample_tokens: int = 200            # tokens generated per sample
@@ -107,46 +110,49 @@ def evaluate_model(name, model, ds, cfg, L, ctx):
     tail = cfg.tail or default_tail(L)
     window = cfg.context or None
     width = cfg.bin or max(1, L // 16)
-    res = {"context": window, "context_mode": cfg.context_mode if window else None, "lengths": [], "loss": [], "tail_loss": [], "tokens": [], "tail_tokens": [],
+    res = {"context": window, "context_mode": cfg.context_mode if window else None, "bos": ds.bos,
+           "lengths": [], "loss": [], "tail_loss": [], "tokens": [], "tail_tokens": [], "windows": [],
            "scales": scales_of(model), "pos_encoding": model.config.pos_encoding}
-    curve = None
     factors = []
     for n in lengths:
         t0 = time.time()
         factors.append(set_length(model, cfg, n, L))
-        windows = ds.windows(n, cfg.windows, seed=cfg.seed)
-        m = measure(model, windows, cfg.batch_size, ctx, context=window, context_mode=cfg.context_mode)
+        windows = ds.windows(n, cfg.windows, seed=cfg.seed, subset="eval")
+        longest = n == lengths[-1]
+        # the longest length also gives the per-position curve and, on the explicit path in the
+        # same pass, the attention entropy: loss and entropy from the same windows
+        m = measure(model, windows, cfg.batch_size, ctx, context=window, context_mode=cfg.context_mode,
+                    entropy=cfg.entropy and longest, chunk=cfg.chunk)
         res["lengths"].append(n)
         res["loss"].append(round(float(m["loss"].mean()), 5))
         res["tail_loss"].append(round(float(m["loss"][-tail:].mean()), 5))
         res["tokens"].append(m["tokens"])
-        res["tail_tokens"].append(len(windows) * tail)
-        curve = m["loss"]  # the longest length's per-position loss is kept
+        res["tail_tokens"].append(m["windows"] * tail)
+        res["windows"].append(m["windows"])
         print(f"{name:>24} n={n:5d}: loss {res['loss'][-1]:.4f} tail {res['tail_loss'][-1]:.4f} "
-              f"({m['tokens']:,} tokens, {time.time() - t0:.1f}s)", flush=True)
+              f"({m['tokens']:,} tokens{', entropy' if m['entropy'] is not None else ''}, "
+              f"{time.time() - t0:.1f}s)", flush=True)
     if cfg.rope_scaling:
         res["scales"] = factors  # the extension factor at each length
-    centers, values = binned(curve, width)
-    positions = {"length": lengths[-1], "bin": width, "positions": centers.tolist(),
-                 "loss": np.round(values, 5).tolist()}
+    centers, values = binned(m["loss"], width)
+    positions = {"length": lengths[-1], "bin": width, "windows": m["windows"], "positions": centers.tolist(),
+                 "loss": np.round(values, 5).tolist(),
+                 "loss_per_position": np.round(m["loss"], 4).tolist()}  # unbinned: position i = index + 1
     entropy = None
-    if cfg.entropy:
-        t0 = time.time()
-        windows = ds.windows(lengths[-1], cfg.entropy_windows, seed=cfg.seed + 1)
-        m = measure(model, windows, cfg.batch_size, ctx, context=window, context_mode=cfg.context_mode,
-                    entropy=True, chunk=cfg.chunk)
+    if m["entropy"] is not None:
         centers, ent = binned(m["entropy"], width)  # (n_layer, n_head, bins)
-        entropy = {"length": lengths[-1], "bin": width, "positions": centers.tolist(),
+        entropy = {"length": lengths[-1], "bin": width, "windows": m["windows"], "positions": centers.tolist(),
                    "entropy_bits": np.round(ent, 4).tolist(),
-                   "bound_bits": np.log2(centers).round(4).tolist()}
-        print(f"{name:>24} entropy at n={lengths[-1]}: mean {ent.mean():.3f} bits ({time.time() - t0:.1f}s)")
+                   "bound_bits": np.log2(centers).round(4).tolist(),
+                   # unbinned, mean over each layer's heads: (n_layer, n), position i = index + 1
+                   "layer_bits_per_position": np.round(m["entropy"].mean(1), 4).tolist()}
     return res, positions, entropy
 
 
 def sample(model, ds, cfg, L, device):
     """Continue a 3L-token validation prompt, so the model writes well past L."""
     set_length(model, cfg, 4 * L, L)
-    prompt = ds.windows(3 * L, 1, seed=cfg.seed + 2)[:, :3 * L].to(device)
+    prompt = ds.windows(3 * L, 1, seed=cfg.seed + 2, subset="eval")[:, :3 * L].to(device)  # starts with bos
     g = torch.Generator(device=device).manual_seed(cfg.seed)
     out = model.generate(prompt, cfg.sample_tokens, temperature=0.8, window=cfg.context or None, generator=g)
     return ds.decode(prompt[0, -200:].tolist()), ds.decode(out[0, 3 * L:].tolist())
@@ -154,6 +160,25 @@ def sample(model, ds, cfg, L, device):
 
 # -----------------------------------------------------------------------------
 # Tables and plots, from the saved files alone
+
+def reference_of(name):
+    """The row a method is compared with at each length: the same model reading only its last L
+    positions (evaluate.py --context=L). RoPE rows against rope_window_L, NoPE trained without
+    the start token against nope_notoken_window_L, every other NoPE row against nope_window_L."""
+    base = "rope" if name.startswith("rope") else "nope_notoken" if name.startswith("nope_notoken") else "nope"
+    return f"{base}_window_L"
+
+
+def excess(results, name, key="loss"):
+    """{length: loss of `name` minus loss of reference_of(name)} at the lengths both were measured,
+    on the same windows: what the long context costs a row (> 0) or buys it (< 0)."""
+    ref = results["methods"].get(reference_of(name))
+    m = results["methods"][name]
+    if ref is None:
+        return {}
+    by_ref = dict(zip(ref["lengths"], ref[key]))
+    return {n: v - by_ref[n] for n, v in zip(m["lengths"], m[key]) if n in by_ref}
+
 
 def write_tables(out, results):
     L = results["train_len"]
@@ -168,6 +193,14 @@ def write_tables(out, results):
             by_n = dict(zip(m["lengths"], m[key]))
             lines.append(f"| {name} | " + " | ".join(fmt(by_n[n]) if n in by_n else "" for n in lengths) + " |")
         lines.append("")
+    lines += [f"**Excess over the same model reading only its last L positions** (mean loss minus that of "
+              f"nope_window_L, rope_window_L or nope_notoken_window_L at the same length, same windows; "
+              f"nats/token), L = {L}", "", head, rule]
+    for name in results["methods"]:
+        ex = excess(results, name)
+        if ex and not name.endswith("window_L"):
+            lines.append(f"| {name} | " + " | ".join(f"{ex[n]:+.3f}" if n in ex else "" for n in lengths) + " |")
+    lines.append("")
     for name, m in results["methods"].items():
         for i, n in enumerate(m["lengths"]):
             rows.append([name, n, "mean", m["loss"][i], round(math.exp(m["loss"][i]), 4), m["tokens"][i]])
@@ -246,7 +279,7 @@ def plot_all(out, search_dir=""):
                 axes[layer + 1].plot(x, arr[layer].mean(0), lw=1, **style(name))
         x = np.array(next(iter(ent.values()))["positions"])
         for i, ax in enumerate(axes):
-            ax.plot(x, np.log2(x), color="k", ls=":", lw=1, label="uniform bound log2(i+1)")
+            ax.plot(x, np.log2(x), color="k", ls=":", lw=1, label="uniform bound log2(i)")
             ax.set_xscale("log", base=2)
             ax.set_xlabel("query position i")
             ax.set_title("mean of all heads" if i == 0 else f"layer {i - 1}")
@@ -336,7 +369,7 @@ def main():
             raise UserError(f"--plot_only but {cfg.out_dir}/results.json does not exist; evaluate first")
         print("drew", ", ".join(plot_all(cfg.out_dir, cfg.search_dir)))
         return
-    for k in ("windows", "entropy_windows", "batch_size", "chunk"):
+    for k in ("windows", "batch_size", "chunk"):
         if getattr(cfg, k) <= 0:
             raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
     if cfg.context < 0:
@@ -358,22 +391,24 @@ def main():
     L = shapes.pop()[0]
     if cfg.rope_scaling and any(m.config.pos_encoding != "rope" for m, _ in models.values()):
         raise UserError("--rope_scaling applies to RoPE checkpoints only; evaluate NoPE ones in another run")
-    first = next(iter(models.values()))[1]
-    dataset = cfg.dataset or first.get("dataset", {}).get("name") or first.get("config", {}).get("dataset")
-    if not dataset:
-        raise UserError("the checkpoint does not record its dataset; pass --dataset=NAME")
-    ds = Dataset(dataset)
+    # each model reads the dataset in its own start-token mode; all score the same target tokens
+    data = {name: Dataset.for_model(model.config, ckpt, cfg.dataset) for name, (model, ckpt) in models.items()}
+    if len({(d.name, d.meta.get("sha256")) for d in data.values()}) > 1:
+        raise UserError("these checkpoints were trained on different datasets; pass --dataset=NAME or evaluate "
+                        "them into separate --out_dir folders")
+    dataset = next(iter(data.values())).name
     length_list(cfg.lengths, L)  # validates
     protocol = {"dataset": dataset, "train_len": L, "windows": cfg.windows, "seed": cfg.seed,
-                "tail": cfg.tail or default_tail(L)}
+                "tail": cfg.tail or default_tail(L), "protocol": PROTOCOL}
     paths = {k: os.path.join(cfg.out_dir, f"{k}.json") for k in ("results", "positions", "entropy", "samples")}
     old = read_json(paths["results"]) if os.path.exists(paths["results"]) else None
     if old and {k: old.get(k) for k in protocol} != protocol:
         raise UserError(f"{paths['results']} was measured with other settings "
-                        f"({ {k: old.get(k) for k in protocol} }); use another --out_dir")
+                        f"({ {k: old.get(k) for k in protocol} }, now {protocol}); use another --out_dir")
     results = old or (protocol | {"methods": {}})
     stores = {k: read_json(p) if os.path.exists(p) else {} for k, p in paths.items() if k != "results"}
     for name, (model, ckpt) in models.items():
+        ds = data[name]
         res, positions, entropy = evaluate_model(name, model, ds, cfg, L, ctx)
         results["methods"][name] = {"ckpt": os.path.abspath(ckpts[name])} | res
         stores["positions"][name] = positions

@@ -13,12 +13,20 @@ result, and are never tuned to make a finding pass:
   3. mean entropy bends up where loss does    the entropy onset (first position past L where the mean
                                               entropy exceeds the log2-linear trend fitted on L/4..L by
                                               more than 0.1 bits) within a factor 1.5 of the loss onset
-  4. best uniform lambda > 1, grows with n    best(4L) > 1 and best(2L) <= best(4L) <= best(8L), every seed
-  5. lambda(i) fit a > 0 and R^2 >= 0.9       every seed
+  4. best uniform lambda > 1, grows with n    best(4L) > 1, and it grows: never smaller at a longer length
+                                              (best(2L) <= best(4L) <= best(8L)) and larger at 8L than at
+                                              2L (best(8L) > best(2L)), so a tie all along does not count
+  5. lambda(i) fit a > 0 and R^2 >= 0.9       every seed (the paper, Appendix B: a = 0.30-0.40, R^2 >= 0.97)
   6. at 4L: HeadScale < best uniform < 1      mean loss at 4L of nope_headscale_4L < nope_uniform_4L < nope
   7. HeadScale costs < 0.05 nats at L         loss(nope_headscale_4L, L) - loss(nope, L) < 0.05
-  8. passkey ordering (when passkey ran)      full > no clamp > no init, and NoPE > RoPE beyond L
+  8. passkey ordering (when passkey ran)      full > no clamp > no init (the paper, Table 4: 81 / 53 / 26%),
+                                              and NoPE > RoPE averaged over the lengths beyond L
 A finding holds for a recipe when it holds in every seed given.
+
+Besides the findings, two measured effects (no threshold), both on the same windows at 4L:
+  rise     what the long context costs NoPE: loss(nope, 4L) - loss(nope_window_L, 4L)
+  recovered  for each remedy, the share of that rise it takes back:
+             (loss(nope) - loss(remedy)) / (loss(nope) - loss(nope_window_L)), all at 4L
 """
 
 import os
@@ -56,6 +64,31 @@ def loss_at(results, method, n):
     return m["loss"][m["lengths"].index(n)]
 
 
+def lambda_grows(best):
+    """Finding (4) on {'2L': lam, '4L': lam, '8L': lam}: above 1 at 4L, never smaller at a longer
+    length, and strictly larger at 8L than at 2L."""
+    if not {"2L", "4L", "8L"} <= set(best):
+        return False
+    return best["4L"] > 1 and best["2L"] <= best["4L"] <= best["8L"] and best["8L"] > best["2L"]
+
+
+REMEDIES = ("nope_uniform_4L", "nope_headscale_4L", "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit")
+
+
+def measures(results):
+    """The rise past L at 4L and each remedy's recovered share there (see the docstring)."""
+    L = results["train_len"]
+    n4, methods = 4 * L, results["methods"]
+    if not {"nope", "nope_window_L"} <= set(methods) or n4 not in methods["nope"]["lengths"]:
+        return {}
+    one, ref = loss_at(results, "nope", n4), loss_at(results, "nope_window_L", n4)
+    out = {"rise_4L": one - ref}
+    for r in REMEDIES:
+        if r in methods and n4 in methods[r]["lengths"]:
+            out[f"recovered_{r}"] = (one - loss_at(results, r, n4)) / (one - ref) if one != ref else float("nan")
+    return out
+
+
 def check_run(run):
     """The numbers behind each finding for one study folder."""
     ev = os.path.join(run, "eval")
@@ -75,7 +108,7 @@ def check_run(run):
         ok = np.isfinite(eo) and np.isfinite(on["nope"]) and abs(np.log(eo / on["nope"])) <= np.log(1.5)
         f[3] = (bool(ok), f"entropy onset {eo / L:.2f}L vs loss onset {on['nope'] / L:.2f}L")
     best = {k: v["best_lam"] for k, v in uni["lengths"].items()}
-    grows = best.get("4L", 1) > 1 and best.get("2L", 0) <= best.get("4L", 0) <= best.get("8L", 0)
+    grows = lambda_grows(best)
     f[4] = (bool(grows), "best lambda " + ", ".join(f"{k} {v:.2f}" for k, v in best.items()))
     a, r2 = uni["fit"]["a"], uni["fit"]["r2"]
     f[5] = (bool(a > 0 and r2 >= 0.9), f"a = {a:.3f}, R^2 = {r2:.3f}")
@@ -118,12 +151,19 @@ def main():
             raise UserError(f"{r} holds no finished study (eval/results.json missing); run reproduce.py first")
     per_run = {r: check_run(r) for r in runs}
     keys = sorted({k for f in per_run.values() for k in f})
-    summary = {"recipe": cfg.name or os.path.basename(os.path.normpath(runs[0])), "runs": runs, "findings": {}}
+    summary = {"recipe": cfg.name or os.path.basename(os.path.normpath(runs[0])), "runs": runs, "findings": {},
+               "measures": {}}
     for k in keys:
         got = [per_run[r][k] for r in runs if k in per_run[r]]
         summary["findings"][k] = {"holds": all(ok for ok, _ in got), "evidence": [e for _, e in got]}
         mark = "yes" if summary["findings"][k]["holds"] else "no"
         print(f"({k}) {mark:3}  " + " | ".join(e for _, e in got))
+    per_run_m = {r: measures(read_json(os.path.join(r, "eval", "results.json"))) for r in runs}
+    for k in sorted({k for m in per_run_m.values() for k in m}):
+        values = [per_run_m[r].get(k, float("nan")) for r in runs]
+        summary["measures"][k] = values
+        text = " | ".join(f"{v:+.3f} nats" if k == "rise_4L" else f"{v:.0%}" for v in values)
+        print(f"{k}: {text}" + ("   (4L: nope - nope_window_L)" if k == "rise_4L" else ""))
     if cfg.out:
         write_json(cfg.out, summary)
 

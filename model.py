@@ -41,6 +41,8 @@ class GPTConfig:
     rope_factor: float = 1.0     # RoPE extension factor s (target length / L)
     yarn_alpha: float = 1.0      # YaRN: dimensions with fewer than alpha rotations in L are interpolated
     yarn_beta: float = 32.0      # YaRN: dimensions with more than beta rotations in L are left alone
+    bos: bool = False            # inputs begin with the start token (data/); a sliding-window mask keeps it
+                                 # visible, like StreamingLLM's attention sink. False: trained before it existed
 
     def __post_init__(self):
         if self.pos_encoding not in POS_ENCODINGS:
@@ -100,14 +102,15 @@ def apply_rope(x, cos, sin):
 # -----------------------------------------------------------------------------
 # The model
 
-def window_mask(T, window, device):
-    """Boolean (T, T) mask, True where query i may attend to key j: i - window < j <= i.
-    window=None gives the plain causal mask."""
-    i = torch.arange(T, device=device).unsqueeze(1)
+def window_mask(T, window, device, sink=False, start=0):
+    """Boolean (T - start, T) mask, True where query i (start <= i < T) may attend to key j:
+    i - window < j <= i, and with sink=True also j = 0 (the start token stays visible, so a
+    window of W holds the start token and the last W - 1 tokens). window=None: plain causal."""
+    i = torch.arange(start, T, device=device).unsqueeze(1)
     j = torch.arange(T, device=device).unsqueeze(0)
     mask = j <= i
     if window is not None:
-        mask &= j > i - window
+        mask &= (j > i - window + (1 if sink else 0)) | ((j == 0) if sink else False)
     return mask
 
 
@@ -121,6 +124,7 @@ class CausalSelfAttention(nn.Module):
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
         self.resid_dropout = nn.Dropout(config.dropout)
+        self.sink = config.bos  # a sliding-window mask keeps the start token visible
         # The paper's lambda, one per head: attention logits lam_h * q.k / sqrt(d).
         # A buffer, not a parameter: training never touches it; search_scales.py fits it.
         self.register_buffer("head_scale", torch.ones(config.n_head))
@@ -142,7 +146,7 @@ class CausalSelfAttention(nn.Module):
             if window is None:
                 y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
             else:
-                mask = window_mask(T, window, x.device)
+                mask = window_mask(T, window, x.device, self.sink)
                 y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
         else:
             y = self.explicit_attention(q, k, v, window, entropy, chunk, dropout_p)  # (B, nh, T, hs)
@@ -160,11 +164,10 @@ class CausalSelfAttention(nn.Module):
         ent = torch.empty(B, nh, T, device=q.device, dtype=torch.float32) if entropy is not None else None
         for s in range(0, T, chunk):
             e = min(s + chunk, T)
-            lo = 0 if window is None else max(0, s - window + 1)    # keys no query here can see are skipped
+            # keys no query here can see are skipped (all kept with a sink: key 0 stays visible)
+            lo = 0 if window is None or self.sink else max(0, s - window + 1)
             att = (q[:, :, s:e] @ k[:, :, lo:e].transpose(-2, -1)) / math.sqrt(hs)  # (B, nh, e-s, e-lo)
-            i = torch.arange(s, e, device=q.device).unsqueeze(1)
-            j = torch.arange(lo, e, device=q.device).unsqueeze(0)
-            allowed = j <= i if window is None else (j <= i) & (j > i - window)
+            allowed = window_mask(e, window, q.device, self.sink, start=s)[:, lo:]  # (e-s, e-lo)
             att = att.masked_fill(~allowed, float("-inf"))
             att = F.softmax(att.float(), dim=-1)                       # (B, nh, e-s, e-lo), fp32
             if ent is not None:
@@ -261,16 +264,21 @@ class GPT(nn.Module):
         return torch.stack([b.attn.head_scale.detach() for b in self.transformer.h]).cpu()
 
     def set_head_scales(self, lam):
-        """lam: a number (UniformScale), a (n_layer,) list (one per layer) or a
-        (n_layer, n_head) table (HeadScale). A tensor that requires grad is kept as
-        is, so gradients flow back to it (search_scales.py fits lambda this way)."""
-        L, H = self.config.n_layer, self.config.n_head
+        """lam: a number (UniformScale), a (n_layer, 1) table (one per layer), or a
+        (n_layer, n_head) table (HeadScale). A flat list is refused: with as many layers as
+        heads it could mean either. A tensor that requires grad is kept as is, so gradients
+        flow back to it (search_scales.py fits lambda this way)."""
+        n_layer, n_head = self.config.n_layer, self.config.n_head
         lam = torch.as_tensor(lam, dtype=torch.float32, device=self.lm_head.weight.device)
+        if lam.dim() == 1 and lam.numel() == 1:
+            lam = lam.view(())
         if lam.dim() == 1:
-            lam = lam.view(L, 1)
-        lam = lam.expand(L, H) if lam.dim() != 2 or lam.shape[1] == 1 else lam
-        if lam.shape != (L, H):
-            raise ValueError(f"head scales of shape {tuple(lam.shape)} do not fit {L} layers x {H} heads")
+            raise ValueError(f"a flat list of {lam.numel()} head scales is ambiguous: give one number, a "
+                             f"({n_layer}, 1) table (one per layer) or a ({n_layer}, {n_head}) table (per head)")
+        if lam.dim() == 0 or lam.shape == (n_layer, 1):
+            lam = lam.expand(n_layer, n_head)
+        if lam.shape != (n_layer, n_head):
+            raise ValueError(f"head scales of shape {tuple(lam.shape)} do not fit {n_layer} layers x {n_head} heads")
         for layer, block in enumerate(self.transformer.h):
             block.attn.head_scale = lam[layer] if lam.requires_grad else lam[layer].clone()
 
@@ -295,9 +303,12 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, window=None, generator=None):
         """Sample max_new_tokens continuing idx (B, T). No cropping to block_size: the
-        point of this project is what happens past it (pass window= to crop)."""
+        point of this project is what happens past it (pass window= to crop; a model trained
+        with the start token keeps it: the start token and the last window - 1 tokens)."""
         for _ in range(max_new_tokens):
-            idx_cond = idx if window is None else idx[:, -window:]
+            idx_cond = idx
+            if window is not None and idx.size(1) > window:
+                idx_cond = torch.cat([idx[:, :1], idx[:, -(window - 1):]], 1) if self.config.bos else idx[:, -window:]
             logits, _ = self(idx_cond)
             logits = logits[:, -1, :] / max(temperature, 1e-6)
             if top_k is not None:

@@ -7,7 +7,8 @@ Passkey retrieval: can a model still find one 5-digit number hidden far back?
 Models learn the skill from train.py --passkey_frac (ordinary text mixed with passkey examples
 at the training length L). For each length n (the prompt and its answer fill n tokens) and
 depth d (0%, 10%, ... 90% of the filler), the same `keys` random keys for every model; exact
-match of the greedy continuation. Writes
+match of the greedy continuation. A model trained with the start token gets it at position 0
+of every prompt (counted in n). Writes
 passkey.csv (method, length, depth, accuracy, n), passkey.json (the average accuracy over
 lengths up to avg_up_to, as the paper reports), a heat map (length x depth) per model and a
 markdown table.
@@ -23,7 +24,6 @@ import torch
 from common import (UserError, atomic_write_text, autocast, length_list, parse_ckpts, parse_config, pick_device,
                     pick_dtype, read_json, run_main, write_csv, write_json)
 from data import Dataset
-from data.passkey import Passkey
 from model import load_checkpoint
 
 
@@ -156,11 +156,10 @@ def main():
     if len(Ls) > 1:
         raise UserError(f"these checkpoints have different training lengths {sorted(Ls)}; use separate --out_dir")
     L = Ls.pop()
-    first = next(iter(models.values()))[1]
-    ds = Dataset(cfg.dataset or first.get("dataset", {}).get("name") or first.get("config", {}).get("dataset"))
-    pk = Passkey(ds.tokenizer)
+    # each model gets prompts in its own start-token mode (Dataset.for_model checks the data)
+    pks = {name: Dataset.for_model(model.config, ckpt, cfg.dataset).passkey() for name, (model, ckpt) in models.items()}
     lengths = length_list(cfg.lengths, L)
-    need = pk.template_len() + len(pk.answer(99999))
+    need = max(pk.shortest() for pk in pks.values())
     if min(lengths) < need:
         raise UserError(f"length {min(lengths)} is shorter than the passkey template and its answer ({need} tokens)")
     rng = np.random.default_rng(cfg.seed)
@@ -168,6 +167,7 @@ def main():
     rows = [r for r in read_rows(csv_path) if r[0] not in models] if os.path.exists(csv_path) else []
     for name, (model, _) in models.items():
         model.eval()
+        pk = pks[name]
         for i, n in enumerate(lengths):
             accs = []
             for j in range(cfg.depths):

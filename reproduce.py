@@ -8,18 +8,21 @@ The paper's study in one command, at laptop scale:
 Stages, each a run of the project's own scripts, each skipped when its outputs exist for the
 same settings (rerun after an interruption and nothing finished is lost; --force redoes all):
   1. prepare the data (the built-in Python standard library corpus needs no download)
-  2. train the NoPE model and its RoPE twin                         (train.py)
+  2. train the NoPE model and its RoPE twin, both with the start token, and NoPE without it
+     (nope_notoken: the paper's bare windows, to show what the token does)     (train.py)
   3. grid-search the uniform lambda at 2L, 4L, 8L; fit HeadScale at 2L and 4L,
      and at 4L the paper's two ablations: no clamp, no initialisation  (search_scales.py)
   3b. the RoPE baselines: the best zero-shot factor of PI, NTK-aware and YaRN per length
      (search_scales.py --rope_grid), and PI and YaRN fine-tuned at 4L with HeadScale's budget
      of steps and sequences (train.py --init_from)
-  4. evaluate every variant at L..16L, plus both models reading only their last L tokens
-     (evaluate.py)
+  4. evaluate every variant at L..16L, plus each model reading only its last L positions
+     (evaluate.py; a row's excess over that reference is what the long context costs it)
   5. passkey retrieval: both models fine-tuned on text mixed with passkey examples at L, the
      uniform lambda, HeadScale and its ablations fitted on that NoPE at 4L, accuracy over
      length x depth for each (train.py --passkey_frac, search_scales.py, passkey.py)
   6. write out_dir/report.md: the table, the fitted lambda(i), the passkey table, the plots
+A stage's stamp records its command and the measurement protocol (common.PROTOCOL), so a study
+finished before the protocol changed is rerun, not reported as new.
 """
 
 import os
@@ -29,9 +32,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from common import ROOT, UserError, format_seconds, load_preset, parse_config, read_json, run_main, write_json
+from common import (PROTOCOL, ROOT, UserError, format_seconds, load_preset, parse_config, read_json, run_main,
+                    write_json)
 from data import Dataset, dataset_dir
-from data.passkey import Passkey
 
 
 @dataclass
@@ -56,6 +59,7 @@ class StudyConfig:
     lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0, 16.0])  # evaluation lengths
     windows: int = 0                    # evaluation windows per length (0 = the scripts' default)
     fit_steps: int = 0                  # HeadScale steps (0 = the preset's, else 200)
+    notoken: bool = True                # also train and evaluate NoPE without the start token (nope_notoken)
     rope_baselines: bool = True         # RoPE with PI, NTK-aware and YaRN: zero-shot and fine-tuned rows
     finetune_length: float = 4.0        # fine-tuned PI and YaRN: trained at this length (units of L)
     finetune_lr: float = 2e-4           # their learning rate (all weights; steps and sequences as HeadScale)
@@ -79,7 +83,8 @@ class Stages:
         stamp = os.path.join(self.dir, f"{name}.json")
         done = read_json(stamp) if os.path.exists(stamp) else None
         same = [c for c in cmd if c not in ("--resume", "--overwrite")]  # how a run starts is not what it is
-        if not self.rerun and done and done["cmd"] == same and all(os.path.exists(p) for p in outputs):
+        if (not self.rerun and done and done["cmd"] == same and done.get("protocol") == PROTOCOL
+                and all(os.path.exists(p) for p in outputs)):
             print(f"[{name}] done before, skipped ({format_seconds(done['seconds'])})")
             self.seconds[name] = done["seconds"]
             return
@@ -93,7 +98,7 @@ class Stages:
             raise UserError(f"stage {name!r} failed (exit {proc.returncode}); fix the cause and rerun: "
                             "finished stages are kept")
         self.seconds[name] = round(time.time() - t0, 1)
-        write_json(stamp, {"cmd": same, "seconds": self.seconds[name]})
+        write_json(stamp, {"cmd": same, "protocol": PROTOCOL, "seconds": self.seconds[name]})
 
 
 def main():
@@ -108,31 +113,35 @@ def main():
     os.makedirs(out, exist_ok=True)
     stages = Stages(out, cfg.force)
 
-    # 1. data
-    if not (dataset_dir(cfg.dataset) / "meta.json").exists():
+    # 1. data (the built-in corpus is prepared again if it was prepared before the start token)
+    meta = dataset_dir(cfg.dataset) / "meta.json"
+    if not meta.exists() or "bos_id" not in read_json(meta):
         prep = ROOT / "data" / cfg.dataset / "prepare.py"
         if cfg.dataset in ("pystdlib",) and prep.exists():
             subprocess.run([sys.executable, str(prep)], cwd=ROOT, check=True)
         else:
+            Dataset(cfg.dataset, bos=True)  # says what to do
             raise UserError(f"dataset {cfg.dataset!r} is not prepared; prepare it first (see README: data/)")
 
     # 2. train NoPE and RoPE
     overrides = [f"--{k}={getattr(cfg, k)}" for k in
                  ("block_size", "max_iters", "n_layer", "n_head", "n_embd", "batch_size", "learning_rate", "seed")
                  if getattr(cfg, k)]
-    for pe in ("nope", "rope"):
-        run_dir = os.path.join(out, pe)
+    runs = [("nope", "nope", True), ("rope", "rope", True)] + ([("nope_notoken", "nope", False)] if cfg.notoken else [])
+    for run, pe, bos in runs:
+        run_dir = os.path.join(out, run)
 
         def continue_or_restart(done, cmd, run_dir=run_dir):
             if not os.path.exists(os.path.join(run_dir, "ckpt.pt")):
                 return cmd
             # an interrupted run of the same command continues; otherwise start over
             return cmd + (["--resume"] if done is None and not cfg.force else ["--overwrite"])
-        stages.run(f"train_{pe}", ["train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}",
-                                   f"--pos_encoding={pe}", f"--out_dir={run_dir}", *overrides],
+        stages.run(f"train_{run}", ["train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}",
+                                    f"--pos_encoding={pe}", f"--bos={str(bos).lower()}", f"--out_dir={run_dir}",
+                                    *overrides],
                    [os.path.join(run_dir, "summary.json")], continue_or_restart)
     nope_ckpt = os.path.join(out, "nope", "ckpt.pt")
-    L = read_json(os.path.join(out, "nope", "summary.json"))["block_size"]
+    L = read_json(os.path.join(out, "nope", "summary.json"))["train_len"]
 
     # 3. UniformScale grid + HeadScale fits, then the two ablations
     scales = os.path.join(out, "scales")
@@ -178,7 +187,10 @@ def main():
     # 4. evaluate everything on the same windows
     ev = os.path.join(out, "eval")
     methods = [f"nope={nope_ckpt}", f"rope={os.path.join(out, 'rope', 'ckpt.pt')}"]
-    methods += [f"nope_uniform_{name_of(k)}={os.path.join(scales, f'uniform_{name_of(k)}.pt')}" for k in cfg.grid_lengths]
+    if cfg.notoken:
+        methods.append(f"nope_notoken={os.path.join(out, 'nope_notoken', 'ckpt.pt')}")
+    methods += [f"nope_uniform_{name_of(k)}={os.path.join(scales, f'uniform_grid_{name_of(k)}.pt')}"
+                for k in cfg.grid_lengths]
     methods += [f"nope_headscale_{name_of(k)}={os.path.join(scales, f'head_{name_of(k)}.pt')}" for k in cfg.fit_lengths]
     methods += [f"nope_headscale_{ab}{tag}={os.path.join(scales, f'head_{ab}{tag}.pt')}" for tag in ("_noclamp", "_noinit")]
     if cfg.rope_baselines:
@@ -199,6 +211,8 @@ def main():
                                               "--samples=false", "--entropy=false", "--plots=false", *eval_common],
                        [os.path.join(ev, "results.json")])
     window_methods = f"nope_window_L={nope_ckpt},rope_window_L={rope_ckpt}"
+    if cfg.notoken:
+        window_methods += f",nope_notoken_window_L={os.path.join(out, 'nope_notoken', 'ckpt.pt')}"
     stages.run("evaluate_window", ["evaluate.py", f"--ckpts={window_methods}", f"--context={L}", "--samples=false",
                                    *eval_common, f"--search_dir={scales}"], [os.path.join(ev, "results.json")])
 
@@ -206,7 +220,7 @@ def main():
     # examples at L; then, as in the paper, the NoPE remedies are fitted on the LM loss alone
     # (uniform grid and HeadScale with its two ablations, at 4L) and every variant is tested
     # on the same prompts
-    need = Passkey(Dataset(cfg.dataset).tokenizer).template_len() + 6 if cfg.passkey else 0
+    need = Dataset(cfg.dataset, bos=True).passkey().shortest() if cfg.passkey else 0
     if cfg.passkey and L < need:
         print(f"[passkey] skipped: L = {L} is shorter than a passkey example ({need} tokens); "
               f"use --block_size={need} or more to run it")
@@ -233,7 +247,7 @@ def main():
                                                   f"--fit_lengths={cfg.ablation_length:g}", f"--tag={tag}", *extra],
                        [os.path.join(pk_scales, f"head_{ab}{tag}.pt")])
         pk_methods = [f"nope={pk_nope}", f"rope={os.path.join(pk, 'rope', 'ckpt.pt')}",
-                      f"nope_uniform_{ab}={os.path.join(pk_scales, f'uniform_{ab}.pt')}"]
+                      f"nope_uniform_{ab}={os.path.join(pk_scales, f'uniform_grid_{ab}.pt')}"]
         pk_methods += [f"nope_headscale_{ab}{tag}={os.path.join(pk_scales, f'head_{ab}{tag}.pt')}"
                        for tag in ("", "_noclamp", "_noinit")]
         stages.run("passkey_eval", ["passkey.py", f"--ckpts={','.join(pk_methods)}", f"--out_dir={pk}",
@@ -253,19 +267,24 @@ def name_of(k):
 def write_report(cfg, out, L, times, wall):
     ev, scales = os.path.join(out, "eval"), os.path.join(out, "scales")
     uni = read_json(os.path.join(scales, "uniform.json"))
-    tr = {pe: read_json(os.path.join(out, pe, "summary.json")) for pe in ("nope", "rope")}
+    tr = {pe: read_json(os.path.join(out, pe, "summary.json")) for pe in ("nope", "rope", "nope_notoken")
+          if os.path.exists(os.path.join(out, pe, "summary.json"))}
+    notoken = (f"; NoPE without the start token: {tr['nope_notoken']['final_val_loss']:.4f}"
+               if "nope_notoken" in tr else "")
     lines = [f"# nanoNoPE study: {cfg.dataset}, preset {cfg.preset}, L = {L}", "",
-             f"NoPE validation loss at L: {tr['nope']['final_val_loss']:.4f} nats/token; "
-             f"RoPE: {tr['rope']['final_val_loss']:.4f} ({tr['nope']['params'] / 1e6:.2f}M parameters, "
-             f"{tr['nope']['steps']} steps, {tr['nope']['wall_seconds']:.0f}s and {tr['rope']['wall_seconds']:.0f}s).", "",
+             f"Validation loss at L (train.py's monitor): NoPE {tr['nope']['final_val_loss']:.4f} nats/token, "
+             f"RoPE {tr['rope']['final_val_loss']:.4f}{notoken} ({tr['nope']['params'] / 1e6:.2f}M parameters, "
+             f"{tr['nope']['steps']} steps, {tr['nope']['wall_seconds']:.0f}s and {tr['rope']['wall_seconds']:.0f}s). "
+             "Every row reads the start token at position 0 except nope_notoken*.", "",
              open(os.path.join(ev, "table.md")).read(), "",
-             "**UniformScale: best lambda per target length** (validation windows of search_scales.py)", "",
+             "**UniformScale: best lambda per target length** (search_scales.py's windows, the validation "
+             "split's \"search\" subset, disjoint from the evaluation's)", "",
              "| length | best lambda (mean loss) | loss | loss at lambda=1 | best lambda (tail) |", "|---|---:|---:|---:|---:|"]
     for name, s in uni["lengths"].items():
         lines.append(f"| {name} | {s['best_lam']:.2f} | {s['best_loss']:.4f} | {s['loss_at_1']:.4f} | {s['best_lam_tail']:.2f} |")
     fit = uni["fit"]
     lines += ["", f"Best lambda per position fitted to 1 + a ln(i/L) over L <= i <= {fit['length']}: "
-              f"a = {fit['a']:.3f}, R^2 = {fit['r2']:.3f} (paper: a = 0.30-0.40, R^2 >= 0.97).", "",
+              f"a = {fit['a']:.3f}, R^2 = {fit['r2']:.3f} (paper, Appendix B: a = 0.30-0.40, R^2 >= 0.97).", "",
               "**HeadScale fits**", "", "| fit | init | clamp | steps | seconds | mean lambda | min | max |",
               "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for fn in sorted(os.listdir(scales)):

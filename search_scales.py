@@ -16,8 +16,11 @@ The paper's two remedies for NoPE past its training length L, on any train.py ch
 Writes into out_dir (default: the checkpoint's folder + /scales):
     grid.csv            length, lam, loss, tail_loss for every grid point
     uniform.json        best lam per length (mean and tail metric), best lam per position, the fit
-    uniform_4L.pt       the checkpoint with every head_scale = the best lam for 4L (one per length)
+    uniform_grid_4L.pt  the checkpoint with every head_scale = the grid's best lam for 4L (one per length)
     head_4L.pt/.csv/.json   the fitted scales: checkpoint, (layer, head, scale) table, fit log
+                        (layer_4L.* and uniform_4L.* with --granularity=layer or uniform)
+The grid scores windows of the validation split's "search" subset, which evaluate.py never
+scores (it takes the "eval" subset): lambda is not chosen on the text it is judged on.
 """
 
 import math
@@ -45,7 +48,8 @@ class SearchConfig:
     lam_min: float = 1.0                # grid start
     lam_max: float = 2.5                # grid end (inclusive)
     lam_step: float = 0.05              # grid step
-    windows: int = 64                   # validation windows per length (fixed, seeded, inside documents)
+    windows: int = 64                   # validation windows per length (fixed, seeded, inside documents,
+                                        # disjoint from evaluate.py's)
     tail: int = 0                       # tokens scored by the tail metric (0 = L/8, the paper's 256/2048)
     select: str = "loss"                # pick the best lam by: loss (mean over all positions) | tail
     position_bins: int = 0              # width of the position bins for lam(i) (0 = L/8)
@@ -68,7 +72,7 @@ class SearchConfig:
     factors: list[float] = field(default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0])  # grid
     # system
     batch_size: int = 8                 # evaluation batch size
-    seed: int = 4321                    # windows and fit batches (evaluate.py uses other windows)
+    seed: int = 4321                    # windows and fit batches
     device: str = "auto"                # auto | cpu | cuda | mps
     dtype: str = "auto"                 # auto | float32 | bfloat16
     log_interval: int = 20              # fit progress line every this many steps
@@ -127,7 +131,7 @@ def grid_search(model, ds, cfg, L, ctx):
     width = cfg.position_bins or max(1, L // 8)
     rows, summary = [], {}
     for n in length_list(cfg.lengths, L):
-        windows = ds.windows(n, cfg.windows, seed=cfg.seed)
+        windows = ds.windows(n, cfg.windows, seed=cfg.seed, subset="search")
         t0 = time.time()
         per_pos = []
         for lam in lams:
@@ -163,7 +167,7 @@ def rope_factor_grid(model, ds, cfg, L, ctx):
     tail = cfg.tail or default_tail(L)
     rows, best = [], {m: {} for m in cfg.rope_methods}
     for n in length_list(cfg.lengths, L):
-        windows = ds.windows(n, cfg.windows, seed=cfg.seed)
+        windows = ds.windows(n, cfg.windows, seed=cfg.seed, subset="search")
         for method in cfg.rope_methods:
             model.config.rope_scaling = method
             loss, tail_loss = [], []
@@ -188,8 +192,8 @@ def rope_factor_grid(model, ds, cfg, L, ctx):
 
 def fit_scales(model, ds, cfg, n, init, ctx, device):
     """Minimise the LM loss at length n over lam only. Returns (lam table, log rows)."""
-    L_, H = model.config.n_layer, model.config.n_head
-    shape = {"head": (L_, H), "layer": (L_, 1), "uniform": (1, 1)}[cfg.granularity]
+    n_layer, n_head = model.config.n_layer, model.config.n_head
+    shape = {"head": (n_layer, n_head), "layer": (n_layer, 1), "uniform": (1, 1)}[cfg.granularity]
     lam = torch.full(shape, float(init), dtype=torch.float32, device=device, requires_grad=True)  # fp32 always
     model.requires_grad_(False)  # frozen: autograd computes no weight gradients, only activations' on the way to lam
     model.eval()                 # no dropout: the fit sees the model as it is evaluated
@@ -208,7 +212,7 @@ def fit_scales(model, ds, cfg, n, init, ctx, device):
         opt.param_groups[0]["lr"] = lr
         g.manual_seed(cfg.seed * 7_919 + step)
         x, y = ds.get_batch("train", cfg.fit_batch_size, n, g, device)
-        model.set_head_scales(lam.expand(L_, H))
+        model.set_head_scales(lam.expand(n_layer, n_head))
         with ctx:
             _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
@@ -223,7 +227,7 @@ def fit_scales(model, ds, cfg, n, init, ctx, device):
         if (step + 1) % cfg.log_interval == 0 or step + 1 == cfg.steps:
             print(progress.line(step + 1, loss=loss.item(), lam_mean=f"{lam.mean().item():.3f}",
                                 lam_min=f"{lam.min().item():.3f}", lam_max=f"{lam.max().item():.3f}"), flush=True)
-    return lam.detach().expand(L_, H).clone(), log
+    return lam.detach().expand(n_layer, n_head).clone(), log
 
 
 def main():
@@ -234,19 +238,15 @@ def main():
     ctx = autocast(device, dtype)
     model, ckpt = load_checkpoint(cfg.ckpt, device)
     L = model.config.block_size
-    dataset = cfg.dataset or ckpt.get("dataset", {}).get("name") or ckpt.get("config", {}).get("dataset")
-    if not dataset:
-        raise UserError(f"{cfg.ckpt} does not record its dataset; pass --dataset=NAME")
-    ds = Dataset(dataset)
-    if ds.vocab_size != model.config.vocab_size:
-        raise UserError(f"dataset {dataset!r} has {ds.vocab_size} symbols, the checkpoint {model.config.vocab_size}")
+    ds = Dataset.for_model(model.config, ckpt, cfg.dataset)
+    dataset = ds.name
     out = cfg.out_dir or os.path.join(os.path.dirname(os.path.abspath(cfg.ckpt)), "scales")
     os.makedirs(out, exist_ok=True)
     base = {"train_len": L, "dataset": dataset, "ckpt": os.path.abspath(cfg.ckpt)}
     extras = {k: ckpt[k] for k in ("config", "dataset", "iter_num") if k in ckpt}
     model.set_head_scales(1.0)  # every search starts from the plain model (lambda = 1)
     print(f"{model.config.pos_encoding} model, L={L}, {model.config.n_layer} layers x {model.config.n_head} heads, "
-          f"dataset {dataset}, device {device} {dtype}")
+          f"{'with' if ds.bos else 'without'} the start token, dataset {dataset}, device {device} {dtype}")
 
     # --- 1. UniformScale: grid search -------------------------------------------------
     uniform_path = os.path.join(out, "uniform.json")
@@ -260,10 +260,10 @@ def main():
         for name, s in summary.items():
             lam = s["best_lam"] if cfg.select == "loss" else s["best_lam_tail"]
             model.set_head_scales(lam)
-            save_checkpoint(os.path.join(out, f"uniform_{name}.pt"), model, **extras,
+            save_checkpoint(os.path.join(out, f"uniform_grid_{name}.pt"), model, **extras,
                             scales={"method": "uniform", "length": s["length"], "lam": lam})
         model.set_head_scales(1.0)
-        print(f"wrote {out}/grid.csv, uniform.json, uniform_*.pt; lam(i) = 1 + a ln(i/L) at "
+        print(f"wrote {out}/grid.csv, uniform.json, uniform_grid_*.pt; lam(i) = 1 + a ln(i/L) at "
               f"{longest['length']}: a = {longest['fit_a']:.3f}, R2 = {longest['fit_r2']:.3f}")
 
     if cfg.rope_grid:

@@ -46,7 +46,8 @@ def core_seconds(run):
     across a resume), the lambda search and its ablations, the evaluations; not the RoPE
     extension baselines or the passkey stage."""
     stages = os.path.join(run, "stages")
-    train = sum(read_json(os.path.join(run, pe, "summary.json"))["wall_seconds"] for pe in ("nope", "rope"))
+    train = sum(read_json(os.path.join(run, pe, "summary.json"))["wall_seconds"] for pe in ("nope", "rope", "nope_notoken")
+                if os.path.exists(os.path.join(run, pe, "summary.json")))
     rest = sum(read_json(os.path.join(stages, f))["seconds"] for f in os.listdir(stages)
                if f.startswith(("search", "ablation", "evaluate.", "evaluate_window")))
     return train + rest
@@ -77,15 +78,20 @@ def main():
         f = read_json(out_json)
         rows.append((recipe, [int(r.rsplit("_s", 1)[1]) for r in done], [core_seconds(r) for r in done], f))
     keys = sorted({k for *_, f in rows for k in f["findings"]}, key=int)
-    lines = ["| recipe | seeds | core wall time per seed | " + " | ".join(f"({k})" for k in keys) + " |",
-             "|---|---|---|" + "---|" * len(keys)]
+    lines = ["| recipe | seeds | core wall time per seed | " + " | ".join(f"({k})" for k in keys)
+             + " | rise at 4L (nope - nope_window_L) | recovered at 4L: uniform / HeadScale |",
+             "|---|---|---|" + "---|" * (len(keys) + 2)]
     for recipe, seeds, secs, f in rows:
         cells = []
         for k in keys:
             x = f["findings"].get(k)
             cells.append("" if x is None else ("**yes**" if x["holds"] else "no") + ": " + " / ".join(x["evidence"]))
+        m = f.get("measures", {})
+        rise = " / ".join(f"{v:+.3f}" for v in m.get("rise_4L", []))
+        rec = " / ".join(f"{u:.0%}, {h:.0%}" for u, h in zip(m.get("recovered_nope_uniform_4L", []),
+                                                             m.get("recovered_nope_headscale_4L", [])))
         lines.append(f"| {recipe} | {', '.join(map(str, seeds))} | {', '.join(format_seconds(s) for s in secs)} | "
-                     + " | ".join(cells) + " |")
+                     + " | ".join(cells) + f" | {rise} | {rec} |")
     table = "\n".join(lines) + "\n"
     atomic_write_text(os.path.join(cfg.out_dir, "sweep.md"), table)
     print(table)

@@ -6,6 +6,7 @@ Train a NoPE (or RoPE) GPT at length L = block_size.
     python train.py --preset=cpu --resume                          # continue after a kill
     torchrun --standalone --nproc_per_node=2 train.py --preset=gpu  # data parallel (DDP)
 
+Every row begins with the start token unless --bos=false (data/__init__.py says why).
 Writes out_dir/ckpt.pt (last, with optimizer state, for --resume), out_dir/best.pt
 (lowest validation loss), out_dir/train_log.csv and out_dir/summary.json.
 """
@@ -22,7 +23,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common import (Progress, UserError, autocast, config_dict, format_seconds, measure, parse_config,
                     pick_device, pick_dtype, run_main, write_csv, write_json)
 from data import Dataset
-from data.passkey import Passkey
 from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
 
 
@@ -45,6 +45,7 @@ class TrainConfig:
     rope_base: float = 10000.0          # RoPE base
     rope_scaling: str = "none"          # RoPE extension to train with: none | pi | ntk | yarn
     rope_factor: float = 1.0            # RoPE extension factor
+    bos: bool = True                    # begin every row with the start token (false: the paper's bare windows)
     # optimisation
     batch_size: int = 64                # sequences per micro-step per process
     gradient_accumulation_steps: int = 1  # micro-steps per optimizer step
@@ -60,7 +61,8 @@ class TrainConfig:
     passkey_frac: float = 0.0           # share of each batch that is passkey examples (loss: text + answers)
     # evaluation and logging
     eval_interval: int = 250            # validate and checkpoint every this many steps
-    eval_iters: int = 8                 # validation batches (fixed windows, same every time)
+    val_windows: int = 256              # validation windows of L positions: fixed, the same for every seed,
+                                        # batch size and recipe (evaluate.py's seed, its "eval" subset)
     log_interval: int = 25              # print a progress line every this many steps
     # system
     device: str = "auto"                # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:1 | mps
@@ -71,6 +73,7 @@ class TrainConfig:
 
 
 MODEL_KEYS = [f.name for f in fields(GPTConfig) if f.name in TrainConfig.__dataclass_fields__]
+VAL_SEED = 1234  # the validation monitor's windows: evaluate.py's seed, not the training seed
 
 
 def get_lr(it, cfg):
@@ -86,7 +89,7 @@ def get_lr(it, cfg):
 
 def check(cfg):
     for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters",
-              "gradient_accumulation_steps", "eval_interval", "eval_iters", "log_interval"):
+              "gradient_accumulation_steps", "eval_interval", "val_windows", "log_interval"):
         if getattr(cfg, k) <= 0:
             raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
     if not 0 <= cfg.passkey_frac <= 1:
@@ -118,7 +121,6 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
 
-    ds = Dataset(cfg.dataset)
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
     log_path = os.path.join(cfg.out_dir, "train_log.csv")
 
@@ -128,12 +130,11 @@ def main():
     if cfg.init_from:
         init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", dropout=cfg.dropout,
                                                 rope_scaling=cfg.rope_scaling, rope_factor=cfg.rope_factor)
-        src_args = init_ckpt["model_args"]
-        if src_args["vocab_size"] != ds.vocab_size:
-            raise UserError(f"{cfg.init_from} has vocabulary {src_args['vocab_size']}, dataset {cfg.dataset!r} "
-                            f"has {ds.vocab_size}")
-        for k in ("n_layer", "n_head", "n_embd", "bias", "pos_encoding", "rope_base"):
-            setattr(cfg, k, src_args[k])
+        ds = Dataset.for_model(init_model.config, init_ckpt, cfg.dataset)  # the same data, the same token mode
+        for k in ("n_layer", "n_head", "n_embd", "bias", "pos_encoding", "rope_base", "bos"):
+            setattr(cfg, k, getattr(init_model.config, k))
+    else:
+        ds = Dataset(cfg.dataset, bos=cfg.bos)
     iter_num, best_val, log_rows, ckpt = 0, float("inf"), [], None
     if cfg.resume:
         if not os.path.exists(ckpt_path):
@@ -168,17 +169,18 @@ def main():
 
     passkey, n_passkey = None, int(round(cfg.passkey_frac * cfg.batch_size))
     if n_passkey:  # teach retrieval: some rows of every batch are passkey examples
-        passkey = Passkey(ds.tokenizer)
-        if passkey.template_len() + 6 > cfg.block_size + 1:
-            raise UserError(f"block_size {cfg.block_size} is too short for passkey examples "
-                            f"(the template alone is {passkey.template_len()} tokens)")
+        passkey = ds.passkey()
+        if passkey.shortest() > cfg.block_size + 1:  # a row holds block_size + 1 tokens (inputs and targets)
+            raise UserError(f"block_size {cfg.block_size} is too short for passkey examples (one takes "
+                            f"{passkey.shortest()} tokens: --block_size={passkey.shortest() - 1} or more)")
     tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * cfg.block_size
-    val_windows = ds.windows(cfg.block_size, cfg.eval_iters * cfg.batch_size, seed=cfg.seed)
+    val_windows = ds.windows(cfg.block_size, cfg.val_windows, seed=VAL_SEED, subset="eval")
     if master:
         os.makedirs(cfg.out_dir, exist_ok=True)
         source = f" from {cfg.init_from}" if cfg.init_from else ""
         print(f"{cfg.pos_encoding} GPT: {raw_model.get_num_params() / 1e6:.2f}M parameters, trained at length "
-              f"{cfg.block_size}{source}, {tokens_per_iter:,} tokens/step, device {device} {dtype}, "
+              f"{cfg.block_size}{source}, {'with' if cfg.bos else 'without'} the start token, "
+              f"{tokens_per_iter:,} tokens/step, device {device} {dtype}, "
               f"{world} process(es)" + (f", resuming at step {iter_num}" if iter_num else ""))
 
     def save(path, with_optimizer):
@@ -191,7 +193,7 @@ def main():
 
     def evaluate_and_save():
         nonlocal best_val
-        val = float(measure(raw_model, val_windows, cfg.batch_size, ctx)["loss"].mean())
+        val = float(measure(raw_model, val_windows, 32, ctx)["loss"].mean())
         raw_model.train()
         if not math.isfinite(val):
             raise UserError(f"validation loss is {val} at step {iter_num}; nothing saved. Lower "
@@ -262,8 +264,10 @@ def main():
         wall = time.time() - t_start + elapsed_before
         if log_rows and log_rows[-1][0] == iter_num:
             write_json(os.path.join(cfg.out_dir, "summary.json"), {
-                "pos_encoding": cfg.pos_encoding, "dataset": cfg.dataset, "block_size": raw_model.config.block_size,
-                "train_len": cfg.block_size, "init_from": cfg.init_from,
+                # train_len: the model's L, as in results.json; seq_len: the rows of this run (longer
+                # than L when fine-tuning at another length with --init_from)
+                "pos_encoding": cfg.pos_encoding, "dataset": cfg.dataset, "train_len": raw_model.config.block_size,
+                "seq_len": cfg.block_size, "bos": cfg.bos, "init_from": cfg.init_from,
                 "params": raw_model.get_num_params(), "steps": iter_num, "tokens": iter_num * tokens_per_iter,
                 "final_val_loss": log_rows[-1][2], "best_val_loss": best_val, "wall_seconds": round(wall, 1),
                 "device": device, "dtype": dtype, "processes": world, "seed": cfg.seed})

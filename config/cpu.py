@@ -10,7 +10,6 @@ train = dict(
     min_lr=2e-4,
     warmup_iters=100,
     eval_interval=250,
-    eval_iters=8,
     log_interval=25,
 )
 

@@ -11,7 +11,7 @@ train = dict(
     warmup_iters=200,
     dropout=0.1,             # the built-in corpus is ~9M characters: ~15 passes at this budget
     eval_interval=500,
-    eval_iters=16,
+    val_windows=512,         # fixed validation windows of L tokens
     log_interval=50,
     compile=True,
 )

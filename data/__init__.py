@@ -3,11 +3,21 @@ The dataset format, written by data/*/prepare.py and read by every script:
 
     data/NAME/train.bin   uint16 token ids, all training documents back to back
     data/NAME/val.bin     the same for validation
-    data/NAME/meta.json   vocabulary, sizes, document boundaries, where the text came from
+    data/NAME/meta.json   vocabulary, sizes, document boundaries, the start token, the source
 
 Documents (files of a corpus) are split whole into train or val, and their boundaries are
 recorded, so evaluation windows can be taken inside one document: a window that spans two
 unrelated files would blur what "position i" means.
+
+The start token (`bos_id` in meta.json) is one extra id that no text encodes to: at character
+level the id after the last symbol, with tiktoken its <|endoftext|> (or the id after the last).
+A model trained with `bos` (train.py's default) reads every sequence with it at position 0:
+the token overwrites the first text token of each row, so a window of n positions is the start
+token and n - 1 text tokens, and its n targets are the same text with or without the token.
+With it a NoPE model can read its position from the share of attention the token gets (~1/i);
+without it nothing marks where a window begins. Decoding drops it (it prints as nothing).
+Ask this module for batches, windows and passkey prompts: they come with the token when the
+Dataset was opened for a model that uses it (Dataset.for_model).
 """
 
 import hashlib
@@ -38,11 +48,14 @@ def dataset_dir(name):
 # Tokenizers: character level (vocabulary stored in meta.json) or tiktoken BPE
 
 class CharTokenizer:
+    """One id per character; the start token is the id after the last character."""
 
     def __init__(self, itos):
         self.itos = list(itos)
         self.stoi = {c: i for i, c in enumerate(self.itos)}
         self.codepoints = np.array([ord(c) for c in self.itos], dtype=np.int64)  # sorted
+        self.bos_id = len(self.itos)    # never produced by encode: no character maps to it
+        self.vocab_size = len(self.itos) + 1
 
     @classmethod
     def from_texts(cls, texts, ascii_only=False):
@@ -65,23 +78,26 @@ class CharTokenizer:
         return ids.astype(np.uint16)
 
     def decode(self, ids):
-        return "".join(self.itos[int(i)] for i in ids)
+        return "".join(self.itos[int(i)] for i in ids if int(i) != self.bos_id)
 
     def meta(self):
         return {"kind": "char", "itos": self.itos}
 
 
 class TiktokenTokenizer:
+    """A tiktoken Encoding; the start token is its <|endoftext|>, or the id after its last."""
 
     def __init__(self, enc):
         self.enc = enc
         self.name = enc.name
+        self.bos_id = enc._special_tokens.get("<|endoftext|>", enc.n_vocab)
+        self.vocab_size = max(enc.n_vocab, self.bos_id + 1)
 
     def encode(self, text):
-        return np.array(self.enc.encode_ordinary(text), dtype=np.uint16)
+        return np.array(self.enc.encode_ordinary(text), dtype=np.uint16)  # special tokens stay text
 
     def decode(self, ids):
-        return self.enc.decode([int(i) for i in ids])
+        return self.enc.decode([int(i) for i in ids if int(i) != self.bos_id])
 
     def meta(self):
         return {"kind": "tiktoken", "name": self.name}
@@ -149,10 +165,11 @@ def write_dataset(out_dir, train_docs, val_docs, tokenizer, source):
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist()
         meta["splits"][split] = {"tokens": int(len(ids)), "documents": len(names),
                                  "doc_names": names, "doc_starts": starts, "doc_lengths": lengths}
-    vocab_size = len(tokenizer.itos) if isinstance(tokenizer, CharTokenizer) else tokenizer.enc.n_vocab
+    vocab_size = tokenizer.vocab_size  # the text's ids and the start token
     if vocab_size > 65536:
         raise UserError(f"vocabulary of {vocab_size} does not fit uint16 token files")
     meta["vocab_size"] = vocab_size
+    meta["bos_id"] = tokenizer.bos_id
     meta["sha256"] = sha.hexdigest()
     tmp = out_dir / f"meta.json.tmp{os.getpid()}"
     tmp.write_text(json.dumps(meta, indent=1) + "\n")
@@ -177,18 +194,29 @@ def split_by_hash(names, val_fraction):
 # Reading a dataset
 
 class Dataset:
-    """A prepared dataset: token memmaps, documents, batches and fixed evaluation windows."""
+    """A prepared dataset: token memmaps, documents, batches and fixed evaluation windows.
+    bos=True: every batch row, window and passkey prompt begins with the start token."""
 
-    def __init__(self, name):
+    def __init__(self, name, bos=False):
         self.dir = dataset_dir(name)
         meta_path = self.dir / "meta.json"
+        self.prepare_hint = (f"python data/{name}/prepare.py" if (DATA_DIR / name / "prepare.py").exists()
+                             else f"python data/text/prepare.py --input=PATH --name={name}")
         if not meta_path.exists():
-            hint = (f"python data/{name}/prepare.py" if (DATA_DIR / name / "prepare.py").exists()
-                    else f"python data/text/prepare.py --input=PATH --name={name}")
-            raise UserError(f"dataset {name!r} is not prepared ({meta_path} missing); run: {hint}")
-        with open(meta_path) as f:
-            self.meta = json.load(f)
-        self.vocab_size = self.meta["vocab_size"]
+            raise UserError(f"dataset {name!r} is not prepared ({meta_path} missing); run: {self.prepare_hint}")
+        try:
+            with open(meta_path) as f:
+                self.meta = json.load(f)
+            self.vocab_size = self.meta["vocab_size"]
+            self.meta["splits"]["train"], self.meta["splits"]["val"]  # noqa: B018 (present?)
+        except (ValueError, KeyError, TypeError):
+            raise UserError(f"{meta_path} is damaged; prepare the dataset again: {self.prepare_hint}") from None
+        self.name = name
+        self.bos_id = self.meta.get("bos_id")  # None: prepared before the start token existed
+        if bos and self.bos_id is None:
+            raise UserError(f"dataset {name!r} was prepared before the start token existed; prepare it again "
+                            f"({self.prepare_hint}), or use a model trained with --bos=false")
+        self.bos = bool(bos)
         self.tokens = {}
         for split in ("train", "val"):
             path = self.dir / f"{split}.bin"
@@ -200,6 +228,28 @@ class Dataset:
             self.tokens[split] = np.memmap(path, dtype=np.uint16, mode="r")
         self._tokenizer = None
 
+    @classmethod
+    def for_model(cls, model_config, ckpt, name=""):
+        """The dataset a checkpoint was trained on (or `name`), opened in the model's start-token
+        mode, after checking that it is the same data: its vocabulary size and, when both record
+        it, the hash of its text. The one place where a model and a dataset are matched."""
+        recorded = ckpt.get("dataset", {}) if isinstance(ckpt.get("dataset"), dict) else {}
+        name = name or recorded.get("name") or ckpt.get("config", {}).get("dataset")
+        if not name:
+            raise UserError("the checkpoint does not record its dataset; pass --dataset=NAME")
+        ds = cls(name, bos=getattr(model_config, "bos", False))
+        if ds.vocab_size != model_config.vocab_size:
+            why = (" (the checkpoint was trained before the start token was added to the vocabulary; retrain it)"
+                   if ds.vocab_size == model_config.vocab_size + 1 and ds.bos_id is not None else "")
+            raise UserError(f"dataset {name!r} has {ds.vocab_size} token ids, the checkpoint {model_config.vocab_size}"
+                            f"{why}; use the dataset it was trained on")
+        sha, ours = recorded.get("sha256"), ds.meta.get("sha256")
+        if sha and ours and sha != ours:
+            raise UserError(f"dataset {name!r} holds other text than the checkpoint was trained on (sha256 "
+                            f"{ours[:12]} vs {sha[:12]}); prepare it as it was (same corpus and Python version) "
+                            "or retrain")
+        return ds
+
     @property
     def tokenizer(self):
         if self._tokenizer is None:
@@ -207,44 +257,79 @@ class Dataset:
         return self._tokenizer
 
     def encode(self, text):
+        """Text to ids; the start token is never among them (see prompt_ids)."""
         return self.tokenizer.encode(text)
 
     def decode(self, ids):
+        """Ids to text; the start token prints as nothing."""
         return self.tokenizer.decode(ids)
+
+    def prompt_ids(self, text):
+        """A prompt as the model reads it: the start token first (in bos mode), then the text."""
+        ids = self.encode(text).astype(np.int64)
+        return np.concatenate([[self.bos_id], ids]) if self.bos else ids
+
+    def passkey(self):
+        """Passkey examples in this dataset's tokens and start-token mode."""
+        from data.passkey import Passkey
+        return Passkey(self.tokenizer, self.bos_id if self.bos else None)
+
+    def _with_bos(self, xy):
+        """Rows of text tokens (k, n+1) -> the same rows with position 0 the start token (in bos
+        mode): inputs [bos, t1 .. t_{n-1}], targets t1 .. t_n, the same targets as without it."""
+        if self.bos:
+            xy[:, 0] = self.bos_id
+        return xy
 
     def docs(self, split):
         s = self.meta["splits"][split]
         return s["doc_names"], np.array(s["doc_starts"], dtype=np.int64), np.array(s["doc_lengths"], dtype=np.int64)
 
     def get_batch(self, split, batch_size, block_size, generator, device="cpu"):
-        """Random windows of block_size+1 tokens anywhere in the split (nanoGPT's sampler)."""
+        """Random rows of block_size positions anywhere in the split (nanoGPT's sampler): inputs
+        x (B, block_size), targets y (B, block_size) = x shifted by one; x[:, 0] is the start
+        token in bos mode."""
         data = self.tokens[split]
         if len(data) <= block_size + 1:
             raise UserError(f"the {split} split ({len(data)} tokens) is shorter than block_size+1={block_size + 1}")
         ix = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator).tolist()
-        xy = torch.from_numpy(np.stack([data[i:i + block_size + 1].astype(np.int64) for i in ix]))
+        xy = self._with_bos(torch.from_numpy(np.stack([data[i:i + block_size + 1].astype(np.int64) for i in ix])))
         x, y = xy[:, :-1], xy[:, 1:]
         if str(device).startswith("cuda"):
             return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
         return x.to(device), y.to(device)
 
-    def windows(self, length, count, seed=1234, split="val"):
-        """Fixed, seeded evaluation windows of length+1 tokens (inputs and shifted targets),
-        each inside a single document and none overlapping another. The same (length, count,
-        seed) gives the same windows, so every model and every lambda sees the same text.
-        Returns a (count', length+1) int64 tensor, count' = min(count, windows available)."""
+    def windows(self, length, count, seed=1234, split="val", subset="all"):
+        """Fixed, seeded evaluation windows of `length` positions (inputs) and their targets, as
+        one (count', length+1) int64 tensor, each inside a single document and none overlapping
+        another. The same arguments give the same windows, so every model and every lambda sees
+        the same text; bos and no-bos models score the same targets.
+        subset: "eval" (even slots) or "search" (odd slots) are disjoint by construction, so the
+        scale search never chooses lambda on the windows the evaluation scores; "all" takes both.
+        count' = min(count, windows available); a shortfall is printed in one line."""
         if length <= 0:
             raise UserError(f"window length must be > 0, got {length}")
+        if subset not in ("all", "eval", "search"):
+            raise ValueError(f"subset must be all, eval or search, got {subset!r}")
         names, starts, lengths = self.docs(split)
         per_doc = np.maximum((lengths - 1) // length, 0)  # non-overlapping windows per document
-        if per_doc.sum() == 0:
-            i = int(lengths.argmax())
-            raise UserError(f"no {split} document holds {length + 1} tokens: the longest is {names[i]!r} "
-                            f"with {lengths[i]} tokens, so the longest length available is {lengths[i] - 1}")
         doc = np.repeat(np.arange(len(names)), per_doc)
         slot = np.arange(len(doc)) - np.repeat(np.cumsum(per_doc) - per_doc, per_doc)
+        if subset != "all":
+            keep = np.arange(len(doc)) % 2 == (0 if subset == "eval" else 1)
+            doc, slot = doc[keep], slot[keep]
+        if len(doc) == 0:
+            i = int(lengths.argmax())
+            if per_doc.sum() == 0:
+                raise UserError(f"no {split} document holds {length + 1} tokens: the longest is {names[i]!r} "
+                                f"with {lengths[i]} tokens, so the longest length available is {lengths[i] - 1}")
+            raise UserError(f"the {split} split has fewer than two windows of {length} positions, so none is left "
+                            f"for the {subset} subset (longest document: {lengths[i]} tokens); use a shorter length")
         rng = np.random.default_rng(seed)
         pick = np.sort(rng.choice(len(doc), size=min(count, len(doc)), replace=False))
+        if len(pick) < count:
+            print(f"note: only {len(pick)} {subset} windows of {length} positions fit in the {split} split "
+                  f"({count} asked); results record the count", flush=True)
         offsets = starts[doc[pick]] + slot[pick] * length
         data = self.tokens[split]
-        return torch.from_numpy(np.stack([data[o:o + length + 1].astype(np.int64) for o in offsets]))
+        return self._with_bos(torch.from_numpy(np.stack([data[o:o + length + 1].astype(np.int64) for o in offsets])))

@@ -7,6 +7,8 @@ Passkey retrieval examples in the paper's format (after Mohtashami & Jaggi, 2023
 The filler repeats the paper's sentences; the key sentence sits at a chosen depth (0 = right
 after the start, 0.9 = near the end) of the filler. Examples are built in token ids of any
 dataset whose vocabulary can spell the template (the built-in corpus and tiny Shakespeare can).
+For a model trained with the start token, every prompt and training row begins with it, and a
+prompt that "fills n" fills n positions including it. Get one from Dataset.passkey().
 """
 
 import numpy as np
@@ -20,10 +22,12 @@ QUESTION = "What is the pass key? The pass key is"
 
 
 class Passkey:
-    """Builds examples for one tokenizer (an object with encode/decode)."""
+    """Builds examples for one tokenizer (an object with encode/decode); bos_id: the start token
+    that begins every prompt and row (None: no start token)."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, bos_id=None):
         self.tok = tokenizer
+        self.head = np.array([] if bos_id is None else [bos_id], dtype=np.int64)  # what every sequence starts with
         for text in (FILLER, KEY_SENTENCE.format(key="0123456789"), QUESTION):
             try:
                 spelled = tokenizer.decode(tokenizer.encode(text)) == text
@@ -42,37 +46,46 @@ class Passkey:
         return np.asarray(self.tok.encode(f" {key}"), dtype=np.int64)
 
     def template_len(self, key=10000):
+        """Tokens of the key sentence and the question (keys have 5 digits)."""
         return len(self.tok.encode(KEY_SENTENCE.format(key=key))) + len(self.question)
 
+    def shortest(self):
+        """The fewest positions an example takes: the start token (if any), the template with no
+        filler, and the answer. The one number train.py, passkey.py and reproduce.py check."""
+        return len(self.head) + self.template_len() + len(self.answer(99999))
+
     def prompt(self, length, depth, key):
-        """Exactly `length` tokens ending with the question; the key sentence at `depth` of the filler."""
+        """Exactly `length` positions (the start token included) ending with the question; the
+        key sentence at `depth` of the filler."""
         if not 0 <= depth < 1:
             raise UserError(f"depth must be in [0, 1), got {depth}")
         key_ids = np.asarray(self.tok.encode(KEY_SENTENCE.format(key=key)), dtype=np.int64)
-        n_fill = length - len(key_ids) - len(self.question)
+        n_fill = length - len(self.head) - len(key_ids) - len(self.question)
         if n_fill < 0:
             raise UserError(f"length {length} is shorter than the passkey template "
-                            f"({len(key_ids) + len(self.question)} tokens); use a longer length")
+                            f"({len(self.head) + len(key_ids) + len(self.question)} tokens); use a longer length")
         fill = np.resize(self.filler, n_fill)  # the sentences repeated, cut to size
         period = len(self.filler)
         starts = (np.arange(n_fill // period + 1)[:, None] * period + self.starts).ravel()
         starts = starts[starts <= n_fill]
         cut = int(starts[np.abs(starts - depth * n_fill).argmin()])  # the key goes between two sentences
-        return np.concatenate([fill[:cut], key_ids, fill[cut:], self.question])
+        return np.concatenate([self.head, fill[:cut], key_ids, fill[cut:], self.question])
 
     def training_rows(self, count, length, generator):
         """`count` sequences of `length` tokens, each a prompt and its answer, then filler up to
-        `length`, with random keys, depths and prompt lengths drawn from the torch generator (so
+        `length` (the start token first, if any), with random keys, depths and prompt lengths drawn from the torch generator (so
         training stays reproducible), and a (count, length) bool mask of the answer tokens.
         The prompt length varies so that the answer's position does: a model with positions
         (RoPE) otherwise learns to answer only at the one position it was trained at."""
+        if length < self.shortest():
+            raise UserError(f"rows of {length} tokens cannot hold a passkey example ({self.shortest()} tokens)")
         rows, masks = [], []
         for _ in range(count):
             key = int(torch.randint(10000, 100000, (1,), generator=generator))
             depth = float(torch.rand(1, generator=generator)) * 0.999
             ans = self.answer(key)
-            shortest = self.template_len(key) + 1
-            n = int(torch.randint(shortest, length - len(ans) + 1, (1,), generator=generator))
+            n = int(torch.randint(len(self.head) + self.template_len(key), length - len(ans) + 1, (1,),
+                                  generator=generator))
             row = np.concatenate([self.prompt(n, depth, key), ans, np.resize(self.filler, length - n - len(ans))])
             rows.append(row)
             masks.append((np.arange(length) >= n) & (np.arange(length) < n + len(ans)))

@@ -51,4 +51,4 @@ def run_script(*args, timeout=300, check=True):
 
 
 TINY_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=8",
-              "--warmup_iters=2", "--eval_iters=2", "--log_interval=5"]
+              "--warmup_iters=2", "--val_windows=16", "--log_interval=5"]

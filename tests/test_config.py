@@ -31,6 +31,9 @@ def test_overrides_are_typed():
     (["--steps"], "needs a value"),
     (["steps=3"], "unexpected argument"),
     (["--preset=no_such_preset"], "no preset"),
+    (["--lr=nan"], "expects a finite number"),
+    (["--lr=inf"], "expects a finite number"),
+    (["--lr=-Infinity"], "expects a finite number"),
 ])
 def test_bad_options_are_one_line_errors(argv, message):
     with pytest.raises(UserError, match=message):
@@ -62,5 +65,5 @@ def test_help_lists_every_option_with_its_comment(capsys):
 
 def test_shipped_presets_fit_the_scripts():
     from train import TrainConfig
-    for name in ("cpu", "gpu", "tiny"):
+    for name in ("cpu", "cpu_long", "gpu", "tiny"):
         parse_config(TrainConfig, [f"--preset={name}"], section="train")

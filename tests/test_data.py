@@ -23,7 +23,8 @@ def test_char_prepare_round_trips_text(tmp_path):
         assert ds.decode(ds.tokens["train"][s:s + n]) == text
     assert ds.decode(ds.tokens["val"]) == docs[2][1]
     meta = json.loads((tmp_path / "meta.json").read_text())
-    assert meta["vocab_size"] == len(tok.itos) and len(meta["sha256"]) == 64
+    assert meta["vocab_size"] == len(tok.itos) + 1 and meta["bos_id"] == len(tok.itos)  # the start token on top
+    assert len(meta["sha256"]) == 64
 
 
 def test_ascii_only_vocabulary_maps_the_rest_to_one_placeholder():
@@ -80,7 +81,9 @@ def test_bpe_path_with_a_small_tiktoken_encoding(tmp_path):
     src.write_text(text)
     cfg = mod.PrepareConfig(input=str(src), out_dir=str(tmp_path / "bpe"), tokenizer="gpt2")
     meta = mod.prepare(cfg, tokenizer=TiktokenTokenizer(enc))
-    assert meta["vocab_size"] == 258 and meta["tokenizer"] == {"kind": "tiktoken", "name": "small"}
+    # no <|endoftext|> in this encoding: the start token is the id after its last
+    assert meta["vocab_size"] == 259 and meta["bos_id"] == 258
+    assert meta["tokenizer"] == {"kind": "tiktoken", "name": "small"}
     ids = np.fromfile(tmp_path / "bpe" / "train.bin", dtype=np.uint16)
     assert 257 in ids and enc.decode(ids.tolist()) == text[: int(len(text) * 0.9)]
 
@@ -134,3 +137,85 @@ def test_batches_are_reproducible(tiny_dataset):
     g.manual_seed(5)
     x2, _ = ds.get_batch("train", 4, 16, g)
     assert torch.equal(x1, x2) and torch.equal(x1[:, 1:], y1[:, :-1])
+
+
+# -----------------------------------------------------------------------------
+# The start token
+
+def test_text_never_encodes_to_the_start_token_and_decoding_drops_it():
+    text = "hello \x00\x02 <|endoftext|> world\n"  # control characters and tiktoken's special text
+    tok = CharTokenizer.from_texts([text])
+    ids = tok.encode(text)
+    assert tok.bos_id not in ids and tok.decode(ids) == text
+    assert tok.decode([tok.bos_id, *ids]) == text  # prints as nothing
+    ranks = {bytes([i]): i for i in range(256)}
+    enc = tiktoken.Encoding(name="eot", pat_str=r"""\S+|\s+""", mergeable_ranks=ranks,
+                            special_tokens={"<|endoftext|>": 256})
+    tt = TiktokenTokenizer(enc)
+    assert tt.bos_id == 256 and tt.vocab_size == 257
+    ids = tt.encode(text)
+    assert 256 not in ids and tt.decode(ids) == text and tt.decode([256, *ids]) == text
+
+
+def test_batches_windows_and_prompts_begin_with_the_start_token(tiny_dataset):
+    plain, ds = Dataset(str(tiny_dataset)), Dataset(str(tiny_dataset), bos=True)
+    bos = ds.bos_id
+    x, y = ds.get_batch("train", 4, 16, torch.Generator().manual_seed(5))
+    x0, y0 = plain.get_batch("train", 4, 16, torch.Generator().manual_seed(5))
+    assert x.shape == (4, 16) and (x[:, 0] == bos).all() and (x0[:, 0] != bos).all()
+    assert torch.equal(x[:, 1:], x0[:, 1:]) and torch.equal(y, y0)  # the same text, the same targets
+    assert (y != bos).all()  # the start token is never a target
+    w, w0 = ds.windows(50, 6, seed=2), plain.windows(50, 6, seed=2)
+    assert w.shape == (6, 51) and (w[:, 0] == bos).all() and torch.equal(w[:, 1:], w0[:, 1:])
+    assert (w0 != bos).all()
+    ids = ds.prompt_ids("def f")
+    assert ids[0] == bos and ds.decode(ids) == "def f" and len(plain.prompt_ids("def f")) == 5
+
+
+def test_eval_and_search_windows_are_disjoint(tiny_dataset):
+    ds = Dataset(str(tiny_dataset))
+    for n in (32, 100):
+        ev, se = ds.windows(n, 1000, seed=1, subset="eval"), ds.windows(n, 1000, seed=1, subset="search")
+        assert not {tuple(r) for r in ev.tolist()} & {tuple(r) for r in se.tolist()}
+        assert len(ev) + len(se) == len(ds.windows(n, 10_000, seed=1))  # together: every slot
+
+
+def test_a_shortfall_of_windows_is_said_in_one_line(tiny_dataset, capsys):
+    ds = Dataset(str(tiny_dataset))
+    w = ds.windows(2000, 1000, seed=1)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and f"only {len(w)}" in out[0] and "1000 asked" in out[0]
+
+
+def test_old_datasets_read_without_the_token_or_say_what_to_redo(tiny_dataset, tmp_path):
+    import shutil
+    old = tmp_path / "old"
+    shutil.copytree(tiny_dataset, old)
+    meta = json.loads((old / "meta.json").read_text())
+    del meta["bos_id"]  # as prepared before the start token existed
+    meta["vocab_size"] -= 1
+    (old / "meta.json").write_text(json.dumps(meta))
+    ds = Dataset(str(old))
+    assert ds.bos_id is None and not ds.bos
+    with pytest.raises(UserError, match="prepared before the start token.*prepare it again"):
+        Dataset(str(old), bos=True)
+    (old / "meta.json").write_text("{not json")
+    with pytest.raises(UserError, match="damaged; prepare the dataset again"):
+        Dataset(str(old))
+
+
+def test_for_model_checks_vocabulary_hash_and_mode(tiny_dataset):
+    from model import GPTConfig
+    ds = Dataset(str(tiny_dataset))
+    ok = {"dataset": {"name": str(tiny_dataset), "sha256": ds.meta["sha256"]}}
+    assert Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size, bos=True), ok).bos
+    assert not Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size), ok).bos  # an old model: no token
+    with pytest.raises(UserError, match="token ids, the checkpoint"):
+        Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size + 3), ok)
+    with pytest.raises(UserError, match="trained before the start token"):
+        Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size - 1), ok)
+    other = {"dataset": {"name": str(tiny_dataset), "sha256": "0" * 64}}
+    with pytest.raises(UserError, match="other text than the checkpoint"):
+        Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size), other)
+    with pytest.raises(UserError, match="pass --dataset"):
+        Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size), {})

@@ -16,7 +16,8 @@ def make(pos="nope", seed=0, sharpen=True, **kw):
     """A tiny GPT. sharpen=True scales q,k weights up so attention is far from uniform
     (at GPT-2 init it is almost uniform, which would make several tests pass trivially)."""
     torch.manual_seed(seed)
-    cfg = GPTConfig(block_size=8, vocab_size=V, n_layer=2, n_head=4, n_embd=32, pos_encoding=pos, **kw)
+    cfg = GPTConfig(**{"block_size": 8, "vocab_size": V, "n_layer": 2, "n_head": 4, "n_embd": 32,
+                       "pos_encoding": pos, **kw})
     model = GPT(cfg).eval()
     if sharpen:
         with torch.no_grad():
@@ -334,3 +335,90 @@ def test_context_limit_by_recomputation_reads_only_the_last_tokens():
     changed = windows.clone()
     changed[:, 5] = (changed[:, 5] + 1) % V
     assert abs(measure(model, changed, 3, context=W)["loss"][39] - got["loss"][39]) < 1e-6
+
+
+# -----------------------------------------------------------------------------
+# The start token, the head-scale shapes, measuring without float64
+
+def test_a_sliding_window_keeps_the_start_token_visible():
+    """With bos, window W = the start token and the last W - 1 positions, on both paths."""
+    model = make("nope", bos=True)
+    idx = tokens(T=30)
+    idx[:, 0] = V - 1  # stands for the start token
+    changed = idx.clone()
+    changed[:, 0] = 0
+    W = 4
+    with torch.no_grad():
+        a, _ = model(idx, idx, window=W)
+        b, _ = model(changed, changed, window=W)
+        c, _ = model(idx, idx, window=W, explicit=True, chunk=7)
+    assert not torch.allclose(a[:, 20:], b[:, 20:], atol=1e-4)  # position 0 still reaches every query
+    assert torch.allclose(a, c, atol=1e-5)
+    from model import window_mask
+    m = window_mask(12, W, "cpu", sink=True)
+    assert m[:, 0].all() and m.sum(1)[W:].eq(W).all()  # W keys each: the token and the last W - 1
+    assert torch.equal(window_mask(12, W, "cpu"), window_mask(12, W, "cpu", sink=False))
+
+
+def test_old_checkpoints_read_as_trained_without_the_token(tmp_path):
+    model = make("nope")
+    save_checkpoint(tmp_path / "old.pt", model)
+    ckpt = torch.load(tmp_path / "old.pt", weights_only=True)
+    del ckpt["model_args"]["bos"]  # written before the field existed
+    torch.save(ckpt, tmp_path / "old.pt")
+    assert load_checkpoint(tmp_path / "old.pt")[0].config.bos is False
+    save_checkpoint(tmp_path / "new.pt", make("nope", bos=True))
+    assert load_checkpoint(tmp_path / "new.pt")[0].config.bos is True
+
+
+def test_head_scale_shapes_are_explicit():
+    model = make("nope", n_layer=4)  # as many layers as heads: a flat list of 4 could mean either
+    model.set_head_scales(1.5)
+    assert torch.equal(model.get_head_scales(), torch.full((4, 4), 1.5))
+    per_layer = torch.tensor([[1.0], [1.1], [1.2], [1.3]])
+    model.set_head_scales(per_layer)
+    assert torch.equal(model.get_head_scales(), per_layer.expand(4, 4))
+    with pytest.raises(ValueError, match="ambiguous"):
+        model.set_head_scales([1.0, 1.1, 1.2, 1.3])
+    with pytest.raises(ValueError, match="do not fit"):
+        model.set_head_scales(torch.ones(4, 3))
+    model.set_head_scales([2.0])  # one number in a list is one number
+    assert torch.equal(model.get_head_scales(), torch.full((4, 4), 2.0))
+
+
+def test_measure_creates_no_float64_tensor():
+    """Apple's MPS has no float64: measure() must keep its sums in float32 on the device."""
+    from torch.overrides import TorchFunctionMode
+    from common import measure
+
+    class NoFloat64(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor) and t.dtype == torch.float64:
+                    raise AssertionError(f"{func} made a float64 tensor")
+            return out
+
+    model = make("nope", bos=True)
+    windows = torch.randint(0, V, (3, 41))
+    with NoFloat64():
+        a = measure(model, windows, batch_size=2, entropy=True)
+        b = measure(model, windows, batch_size=2, context=16)
+    assert a["loss"].shape == (40,) and a["entropy"].shape == (2, 4, 40) and b["windows"] == 3
+
+
+def test_recomputed_sub_windows_begin_with_the_start_token():
+    """A bos model limited to W positions reads [start token, last W - 1 tokens] at every query."""
+    from common import measure
+    model = make("nope", bos=True)
+    torch.manual_seed(4)
+    windows = torch.randint(0, V - 1, (2, 41))
+    windows[:, 0] = V - 1
+    W = 16
+    got = measure(model, windows, batch_size=2, context=W)["loss"]
+    s = W // 8
+    for pos in (20, 33, 39):  # 0-based positions past W
+        end = W + ((pos - W) // s + 1) * s                       # exclusive end of its sub-window
+        sub = torch.cat([windows[:, :1], windows[:, end - W + 1:end + 1]], 1)  # (2, W + 1)
+        ref = measure(model, sub, batch_size=2)["loss"]
+        assert abs(got[pos] - ref[W - (end - pos)]) < 1e-5

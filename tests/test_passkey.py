@@ -74,3 +74,26 @@ def test_passkey_training_and_evaluation(tmp_path):
     proc = run_script("passkey.py", f"--ckpts=a={ck}", f"--out_dir={out}", "--lengths=0.5", f"--dataset={ds}",
                       check=False)
     assert proc.returncode == 2 and "shorter than the passkey template" in proc.stderr
+
+
+def test_with_the_start_token_prompts_and_rows_begin_with_it():
+    bos = len(TOK.itos)
+    pk = Passkey(TOK, bos_id=bos)
+    ids = pk.prompt(300, 0.5, 48213)
+    assert len(ids) == 300 and ids[0] == bos and (ids[1:] != bos).all()  # n positions, the token included
+    assert TOK.decode(ids[1:]).endswith(QUESTION)
+    assert pk.shortest() == Passkey(TOK).shortest() + 1
+    rows, mask = pk.training_rows(4, 129, torch.Generator().manual_seed(2))
+    assert (rows[:, 0] == bos).all() and not mask[:, 0].any()
+
+
+def test_the_shortest_example_is_one_number_for_every_check():
+    """shortest(): the fewest positions a prompt and its answer take; a row of that length
+    works, one token less is refused (train.py and passkey.py check this same number)."""
+    for pk in (Passkey(TOK), Passkey(TOK, bos_id=len(TOK.itos))):
+        n = pk.shortest()
+        rows, mask = pk.training_rows(3, n, torch.Generator().manual_seed(0))
+        assert rows.shape == (3, n) and mask.sum(1).eq(len(pk.answer(12345))).all()
+        with pytest.raises(UserError, match="cannot hold a passkey example"):
+            pk.training_rows(1, n - 1, torch.Generator().manual_seed(0))
+        assert len(pk.prompt(n - len(pk.answer(12345)), 0.0, 12345)) == n - 6

@@ -35,7 +35,7 @@ def test_search_scales_grid_and_fit(trained, tmp_path):
     losses = {float(r["lam"]): float(r["loss"]) for r in grid if r["length"] == "64"}
     assert losses[best] == min(losses.values())
     assert np.isfinite(uni["fit"]["a"])
-    model, ckpt = load_checkpoint(out / "uniform_4L.pt")
+    model, ckpt = load_checkpoint(out / "uniform_grid_4L.pt")
     assert torch.allclose(model.get_head_scales(), torch.full((2, 2), uni["lengths"]["4L"]["best_lam"]))
     fitted, info = load_checkpoint(out / "head_2L.pt")
     lam = fitted.get_head_scales()
@@ -81,7 +81,7 @@ def test_search_scales_rejects_a_foreign_checkpoint(tmp_path):
 
 def test_evaluate_tables_plots_and_merging(trained, tmp_path):
     out = tmp_path / "eval"
-    common = [f"--out_dir={out}", "--lengths=1,2,4", "--windows=4", "--entropy_windows=2", "--sample_tokens=10"]
+    common = [f"--out_dir={out}", "--lengths=1,2,4", "--windows=4", "--sample_tokens=10"]
     proc = run_script("evaluate.py", f"--ckpts=nope={trained}", *common)
     assert "| nope |" in proc.stdout
     run_script("evaluate.py", f"--ckpts=nope_window_L={trained}", "--context=32", "--samples=false", *common)
@@ -123,7 +123,7 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
     res = json.loads((out / "eval" / "results.json").read_text())
     expected = {"nope", "rope", "nope_uniform_2L", "nope_uniform_4L", "nope_headscale_2L",
                 "nope_headscale_4L", "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit", "nope_window_L",
-                "rope_window_L", "rope_pi_zeroshot", "rope_ntk_zeroshot", "rope_yarn_zeroshot", "rope_pi_ft_4L",
+                "rope_window_L", "nope_notoken", "nope_notoken_window_L", "rope_pi_zeroshot", "rope_ntk_zeroshot", "rope_yarn_zeroshot", "rope_pi_ft_4L",
                 "rope_yarn_ft_4L"}
     assert set(res["methods"]) == expected
     for m in res["methods"].values():
@@ -131,7 +131,7 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
     factors = res["methods"]["rope_yarn_zeroshot"]["scales"]
     assert len(factors) == 2 and factors[0] == 1.0  # the best factor per length (1 at L)
     again = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast)
-    assert again.stdout.count("done before, skipped") == 19
+    assert again.stdout.count("done before, skipped") == 20
     with open(out / "passkey" / "passkey.csv") as f:
         rows = list(csv.DictReader(f))
     assert {r["method"] for r in rows} == {"nope", "rope", "nope_uniform_4L", "nope_headscale_4L",
