@@ -111,7 +111,7 @@ def evaluate_model(name, model, ds, cfg, L, ctx):
     window = cfg.context or None
     width = cfg.bin or max(1, L // 16)
     res = {"context": window, "context_mode": cfg.context_mode if window else None, "bos": ds.bos,
-           "lengths": [], "loss": [], "tail_loss": [], "tokens": [], "tail_tokens": [], "windows": [],
+           "lengths": [], "loss": [], "bpb": [], "tail_loss": [], "tokens": [], "tail_tokens": [], "windows": [],
            "scales": scales_of(model), "pos_encoding": model.config.pos_encoding}
     factors = []
     for n in lengths:
@@ -125,11 +125,13 @@ def evaluate_model(name, model, ds, cfg, L, ctx):
                     entropy=cfg.entropy and longest, chunk=cfg.chunk)
         res["lengths"].append(n)
         res["loss"].append(round(float(m["loss"].mean()), 5))
+        res["bpb"].append(round(ds.bits_per_byte(m["loss"].mean(), windows), 5))  # compares tokenizers
         res["tail_loss"].append(round(float(m["loss"][-tail:].mean()), 5))
         res["tokens"].append(m["tokens"])
         res["tail_tokens"].append(m["windows"] * tail)
         res["windows"].append(m["windows"])
-        print(f"{name:>24} n={n:5d}: loss {res['loss'][-1]:.4f} tail {res['tail_loss'][-1]:.4f} "
+        print(f"{name:>24} n={n:5d}: loss {res['loss'][-1]:.4f} ({res['bpb'][-1]:.3f} bits/byte) "
+              f"tail {res['tail_loss'][-1]:.4f} "
               f"({m['tokens']:,} tokens{', entropy' if m['entropy'] is not None else ''}, "
               f"{time.time() - t0:.1f}s)", flush=True)
     if cfg.rope_scaling:

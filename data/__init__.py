@@ -4,13 +4,15 @@ The dataset format, written by data/*/prepare.py and read by every script:
     data/NAME/train.bin   uint16 token ids, all training documents back to back
     data/NAME/val.bin     the same for validation
     data/NAME/meta.json   vocabulary, sizes, document boundaries, the start token, the source
+    data/NAME/bpe.json    a learned BPE vocabulary (--tokenizer=bpe only; its sha256 is in meta.json)
 
 Documents (files of a corpus) are split whole into train or val, and their boundaries are
 recorded, so evaluation windows can be taken inside one document: a window that spans two
 unrelated files would blur what "position i" means.
 
 The start token (`bos_id` in meta.json) is one extra id that no text encodes to: at character
-level the id after the last symbol, with tiktoken its <|endoftext|> (or the id after the last).
+level the id after the last symbol, with tiktoken its <|endoftext|> (or the id after the last),
+with a learned BPE vocabulary its special token <|bos|>, the id after the learned ones.
 A model trained with `bos` (train.py's default) reads every sequence with it at position 0:
 the token overwrites the first text token of each row, so a window of n positions is the start
 token and n - 1 text tokens, and its n targets are the same text with or without the token.
@@ -20,10 +22,14 @@ Ask this module for batches, windows and passkey prompts: they come with the tok
 Dataset was opened for a model that uses it (Dataset.for_model).
 """
 
+import base64
 import hashlib
 import json
+import math
 import os
+import re
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +42,9 @@ from common import UserError  # noqa: E402
 
 DATA_DIR = Path(__file__).resolve().parent
 PLACEHOLDER = "\ufffd"  # stands for every character outside an ASCII-only vocabulary
+BPE_FILE = "bpe.json"   # a learned BPE vocabulary, written beside meta.json
+BOS_TOKEN = "<|bos|>"   # the start token's name in a learned BPE vocabulary
+MAX_ID = 65535          # token files are uint16
 
 
 def dataset_dir(name):
@@ -45,7 +54,9 @@ def dataset_dir(name):
 
 
 # -----------------------------------------------------------------------------
-# Tokenizers: character level (vocabulary stored in meta.json) or tiktoken BPE
+# Tokenizers: character level (vocabulary stored in meta.json), tiktoken's GPT-2 BPE, or a
+# BPE vocabulary learned on the corpus (stored in bpe.json). Each gives token_bytes(): the UTF-8
+# bytes each id stands for (0 for the start token), which bits per byte needs.
 
 class CharTokenizer:
     """One id per character; the start token is the id after the last character."""
@@ -83,6 +94,10 @@ class CharTokenizer:
     def meta(self):
         return {"kind": "char", "itos": self.itos}
 
+    def token_bytes(self):
+        # the placeholder of an ASCII-only vocabulary counts as its own 3 bytes, not those it replaced
+        return np.array([len(c.encode("utf-8")) for c in self.itos] + [0], dtype=np.int64)
+
 
 class TiktokenTokenizer:
     """A tiktoken Encoding; the start token is its <|endoftext|>, or the id after its last."""
@@ -102,6 +117,82 @@ class TiktokenTokenizer:
     def meta(self):
         return {"kind": "tiktoken", "name": self.name}
 
+    def token_bytes(self):
+        special = set(self.enc._special_tokens.values()) | {self.bos_id}
+        return np.array([0 if i in special else len(self.enc.decode_single_token_bytes(i))
+                         for i in range(self.vocab_size)], dtype=np.int64)
+
+
+class BpeTokenizer(TiktokenTokenizer):
+    """A byte-level BPE vocabulary learned on the training text (train_bpe), encoded and decoded
+    by a tiktoken Encoding built from its ranks and split pattern, so the same text always gives
+    the same ids and nothing is downloaded. ranks: {token bytes: id}, ids 0..N-1 (the 256 single
+    bytes among them); the start token <|bos|> is id N, a special token that encode_ordinary never
+    produces, so meta.json's vocab_size is N + 1."""
+
+    def __init__(self, ranks, pattern, trainer=None):
+        import tiktoken
+        if sorted(ranks.values()) != list(range(len(ranks))):
+            raise ValueError("BPE ranks must be the ids 0..N-1")
+        self.ranks, self.pattern, self.trainer = ranks, pattern, trainer
+        self.bos_id = len(ranks)
+        self.vocab_size = len(ranks) + 1
+        self.enc = tiktoken.Encoding(name=f"bpe{len(ranks)}", pat_str=pattern, mergeable_ranks=ranks,
+                                     special_tokens={BOS_TOKEN: self.bos_id})
+        self.name = self.enc.name
+
+    def files(self):
+        """{file name: bytes} that write_dataset stores beside meta.json: the token bytes (base64)
+        in id order, the split pattern and the special tokens."""
+        tokens = sorted(self.ranks, key=self.ranks.get)
+        content = {"pattern": self.pattern, "special_tokens": {BOS_TOKEN: self.bos_id},
+                   "tokens": [base64.b64encode(t).decode("ascii") for t in tokens]}
+        return {BPE_FILE: (json.dumps(content, indent=0) + "\n").encode()}
+
+    def meta(self):
+        sha = hashlib.sha256(self.files()[BPE_FILE]).hexdigest()
+        return {"kind": "bpe", "file": BPE_FILE, "sha256": sha, "learned": len(self.ranks), "trainer": self.trainer}
+
+    @classmethod
+    def load(cls, folder, tok, hint):
+        """Rebuild from the stored file, after checking it is the one meta.json records."""
+        path = Path(folder) / tok["file"]
+        try:
+            raw = path.read_bytes()
+            if hashlib.sha256(raw).hexdigest() != tok["sha256"]:
+                raise ValueError("sha256 differs")
+            content = json.loads(raw)
+            ranks = {base64.b64decode(t): i for i, t in enumerate(content["tokens"])}
+            return cls(ranks, content["pattern"], tok.get("trainer"))
+        except (OSError, ValueError, KeyError, TypeError):
+            again = hint if "--tokenizer=bpe" in hint else f"{hint} --tokenizer=bpe --vocab_size={tok.get('learned')}"
+            raise UserError(f"{path} (the vocabulary this dataset was encoded with) is missing or damaged; "
+                            f"prepare the dataset again: {again}") from None
+
+
+def check_bpe_size(vocab_size):
+    """N counts the 256 byte tokens and every merge; the start token (id N) must fit uint16."""
+    if not 256 < vocab_size <= MAX_ID:
+        raise UserError(f"--vocab_size must be 257..{MAX_ID} with --tokenizer=bpe (256 byte tokens, at least one "
+                        f"merge, and the start token on top must fit the uint16 token files), got {vocab_size}")
+
+
+def train_bpe(texts, vocab_size):
+    """Learn a byte-level BPE vocabulary of vocab_size ids on texts (the training split only)
+    with rustbpe and its GPT-4 split pattern; rustbpe is imported only here."""
+    check_bpe_size(vocab_size)
+    try:
+        import rustbpe
+    except ImportError:
+        raise UserError("--tokenizer=bpe needs rustbpe: pip install rustbpe (or use --tokenizer=char)") from None
+    trainer = rustbpe.Tokenizer()
+    trainer.train_from_iterator(iter(texts), vocab_size)
+    ranks = dict(trainer.get_mergeable_ranks())
+    if len(ranks) < vocab_size:  # rustbpe stops early when no pair is left to merge
+        raise UserError(f"the training text runs out of pairs to merge at {len(ranks)} tokens, short of "
+                        f"--vocab_size={vocab_size}; give more text or a vocab_size of at most {len(ranks)}")
+    return BpeTokenizer(ranks, trainer.get_pattern(), trainer=f"rustbpe {metadata.version('rustbpe')}")
+
 
 def gpt2_encoding():
     """tiktoken's GPT-2 BPE. Its vocabulary file is downloaded on first use and cached."""
@@ -113,10 +204,13 @@ def gpt2_encoding():
                         "on first use and needs internet once); use --tokenizer=char instead") from None
 
 
-def tokenizer_from_meta(meta):
+def tokenizer_from_meta(meta, folder, hint="its prepare.py"):
+    """The tokenizer a dataset was encoded with; folder holds its files (bpe.json)."""
     tok = meta["tokenizer"]
     if tok["kind"] == "char":
         return CharTokenizer(tok["itos"])
+    if tok["kind"] == "bpe":
+        return BpeTokenizer.load(folder, tok, hint)
     if tok["name"] != "gpt2":
         raise UserError(f"this dataset was encoded with tiktoken encoding {tok['name']!r}, which cannot be rebuilt here")
     return TiktokenTokenizer(gpt2_encoding())
@@ -137,15 +231,17 @@ def read_text(path):
 
 
 def write_dataset(out_dir, train_docs, val_docs, tokenizer, source):
-    """Encode (name, text) documents and write train.bin, val.bin and meta.json into out_dir.
+    """Encode (name, text) documents and write train.bin, val.bin and meta.json into out_dir,
+    with the tokenizer's own files (tokenizer.files(), if it has any) beside them. Everything is
+    encoded before anything is written, so bad input leaves an earlier dataset as it was;
     meta.json is written last, so a folder with meta.json is a complete dataset; every file
     goes through a temporary name, so an interrupted run never leaves a broken dataset."""
     if not train_docs or not val_docs:
         raise UserError("need at least one training and one validation document; give more text")
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     sha = hashlib.sha256()
     meta = {"format": 1, "source": source, "tokenizer": tokenizer.meta(), "splits": {}}
+    files = dict(tokenizer.files()) if hasattr(tokenizer, "files") else {}
     for split, docs in (("train", train_docs), ("val", val_docs)):
         arrays, names, lengths = [], [], []
         for name, text in docs:
@@ -159,9 +255,7 @@ def write_dataset(out_dir, train_docs, val_docs, tokenizer, source):
         if not arrays:
             raise UserError(f"the {split} split is empty after encoding; give more text")
         ids = np.concatenate(arrays).astype(np.uint16)
-        tmp = out_dir / f"{split}.bin.tmp{os.getpid()}"
-        ids.tofile(tmp)
-        os.replace(tmp, out_dir / f"{split}.bin")
+        files[f"{split}.bin"] = ids.tobytes()
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist()
         meta["splits"][split] = {"tokens": int(len(ids)), "documents": len(names),
                                  "doc_names": names, "doc_starts": starts, "doc_lengths": lengths}
@@ -171,9 +265,12 @@ def write_dataset(out_dir, train_docs, val_docs, tokenizer, source):
     meta["vocab_size"] = vocab_size
     meta["bos_id"] = tokenizer.bos_id
     meta["sha256"] = sha.hexdigest()
-    tmp = out_dir / f"meta.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(meta, indent=1) + "\n")
-    os.replace(tmp, out_dir / "meta.json")
+    files["meta.json"] = (json.dumps(meta, indent=1) + "\n").encode()  # last: dicts keep their order
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for fn, data in files.items():
+        tmp = out_dir / f"{fn}.tmp{os.getpid()}"
+        tmp.write_bytes(data)
+        os.replace(tmp, out_dir / fn)
     tr, va = meta["splits"]["train"], meta["splits"]["val"]
     print(f"wrote {out_dir}: vocab {vocab_size}, train {tr['tokens']:,} tokens in {tr['documents']} docs, "
           f"val {va['tokens']:,} tokens in {va['documents']} docs")
@@ -200,7 +297,9 @@ class Dataset:
     def __init__(self, name, bos=False):
         self.dir = dataset_dir(name)
         meta_path = self.dir / "meta.json"
-        self.prepare_hint = (f"python data/{name}/prepare.py" if (DATA_DIR / name / "prepare.py").exists()
+        base, bpe = re.fullmatch(r"(.+?)(?:_bpe(\d+))?", name).groups()  # NAME_bpeN: prepare.py --tokenizer=bpe
+        self.prepare_hint = (f"python data/{base}/prepare.py" + (f" --tokenizer=bpe --vocab_size={bpe}" if bpe else "")
+                             if (DATA_DIR / base / "prepare.py").exists()
                              else f"python data/text/prepare.py --input=PATH --name={name}")
         if not meta_path.exists():
             raise UserError(f"dataset {name!r} is not prepared ({meta_path} missing); run: {self.prepare_hint}")
@@ -208,7 +307,7 @@ class Dataset:
             with open(meta_path) as f:
                 self.meta = json.load(f)
             self.vocab_size = self.meta["vocab_size"]
-            self.meta["splits"]["train"], self.meta["splits"]["val"]  # noqa: B018 (present?)
+            self.meta["splits"]["train"], self.meta["splits"]["val"], self.meta["tokenizer"]["kind"]  # noqa: B018
         except (ValueError, KeyError, TypeError):
             raise UserError(f"{meta_path} is damaged; prepare the dataset again: {self.prepare_hint}") from None
         self.name = name
@@ -226,7 +325,9 @@ class Dataset:
             if n < 2:
                 raise UserError(f"{path} holds fewer than 2 tokens; give more text")
             self.tokens[split] = np.memmap(path, dtype=np.uint16, mode="r")
-        self._tokenizer = None
+        self._tokenizer = self._token_bytes = None
+        if self.meta["tokenizer"].get("kind") == "bpe":  # check its vocabulary file now, not mid-run
+            self.tokenizer  # noqa: B018
 
     @classmethod
     def for_model(cls, model_config, ckpt, name=""):
@@ -253,8 +354,18 @@ class Dataset:
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            self._tokenizer = tokenizer_from_meta(self.meta)
+            self._tokenizer = tokenizer_from_meta(self.meta, self.dir, self.prepare_hint)
         return self._tokenizer
+
+    def bits_per_byte(self, loss, windows):
+        """A mean loss in nats per target token over windows (k, n+1) -> bits per byte of the UTF-8
+        text those targets cover: total nats / (ln 2 * total bytes). Unlike nats per token it
+        compares models with different tokenizers. At character level a character counts its
+        UTF-8 bytes (the ASCII-only placeholder counts as its own 3); the start token counts 0."""
+        if self._token_bytes is None:
+            self._token_bytes = torch.from_numpy(self.tokenizer.token_bytes())
+        targets = windows[:, 1:]
+        return float(loss) * targets.numel() / (math.log(2) * int(self._token_bytes[targets].sum()))
 
     def encode(self, text):
         """Text to ids; the start token is never among them (see prompt_ids)."""

@@ -1,6 +1,11 @@
 """data/: preparing corpora, reading them back, batches and evaluation windows."""
 
+import importlib.util
 import json
+import math
+import random
+import shutil
+import socket
 
 import numpy as np
 import pytest
@@ -9,7 +14,7 @@ import torch
 
 from common import UserError
 from conftest import ROOT, run_script
-from data import CharTokenizer, Dataset, TiktokenTokenizer, write_dataset
+from data import BPE_FILE, BpeTokenizer, CharTokenizer, Dataset, TiktokenTokenizer, train_bpe, write_dataset
 
 
 def test_char_prepare_round_trips_text(tmp_path):
@@ -219,3 +224,158 @@ def test_for_model_checks_vocabulary_hash_and_mode(tiny_dataset):
         Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size), other)
     with pytest.raises(UserError, match="pass --dataset"):
         Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size), {})
+
+
+# -----------------------------------------------------------------------------
+# A BPE vocabulary learned on the corpus (rustbpe), encoded with tiktoken
+
+needs_rustbpe = pytest.mark.skipif(importlib.util.find_spec("rustbpe") is None,
+                                   reason="rustbpe is not installed (pip install -r requirements.txt)")
+
+
+def text_prepare():
+    spec = importlib.util.spec_from_file_location("text_prepare", ROOT / "data/text/prepare.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def made_up_text(lines, seed=0):
+    """Words of random syllables, some non-ASCII: enough distinct pairs for a few hundred merges."""
+    rng = random.Random(seed)
+    syllables = ["ka", "lo", "mi", "ne", "ru", "ta", "shi", "po", "zu", "fa", "gre", "ven", "\u00e9", "\u2603", "\U0001f600"]
+    words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(300)]
+    return "".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 10))) + "\n" for _ in range(lines))
+
+
+@pytest.fixture(scope="module")
+def bpe_dataset(tmp_path_factory):
+    """A 300-id vocabulary learned on ~20 KB, prepared with every socket refused (no network)."""
+    folder = tmp_path_factory.mktemp("bpe")
+    src = folder / "in.txt"
+    src.write_text(made_up_text(600))
+    mp = pytest.MonkeyPatch()
+    def offline(*args, **kwargs):
+        raise OSError("network is off in this test")
+    mp.setattr(socket, "socket", offline)
+    try:
+        prep = text_prepare()
+        prep.prepare(prep.PrepareConfig(input=str(src), out_dir=str(folder / "ds"), tokenizer="bpe", vocab_size=300))
+        ds = Dataset(str(folder / "ds"))  # a fresh Dataset rebuilds the vocabulary from disk
+        ds.decode(ds.encode("x"))
+    finally:
+        mp.undo()
+    return src, folder / "ds"
+
+
+@needs_rustbpe
+def test_bpe_round_trips_and_reloads_the_same_ids(bpe_dataset):
+    src, out = bpe_dataset
+    text = src.read_text()
+    n = int(len(text) * 0.9)
+    ds = Dataset(str(out))
+    assert ds.meta["tokenizer"]["kind"] == "bpe" and ds.meta["tokenizer"]["learned"] == 300
+    assert ds.vocab_size == 301 and ds.bos_id == 300  # 256 bytes + 44 merges, the start token on top
+    assert ds.decode(ds.tokens["train"]) == text[:n] and ds.decode(ds.tokens["val"]) == text[n:]
+    assert int(ds.tokens["train"].max()) == 299  # the last merge is used
+    assert np.array_equal(ds.encode(text[:n]), ds.tokens["train"])  # the same ids as when prepared
+    odd = "caf\u00e9 \U0001f600 never seen: \u4e2d\u6587 \x00\n"  # bytes outside the training text
+    assert ds.decode(ds.encode(odd)) == odd
+
+
+@needs_rustbpe
+def test_bpe_text_never_encodes_to_the_start_token(bpe_dataset):
+    ds = Dataset(str(bpe_dataset[1]), bos=True)
+    text = "<|bos|> kalo <|bos|><|endoftext|>"
+    ids = ds.encode(text)
+    assert ds.bos_id not in ids and ds.decode(ids) == text
+    assert ds.decode(ds.prompt_ids(text)) == text and ds.prompt_ids(text)[0] == ds.bos_id
+
+
+@needs_rustbpe
+def test_bpe_merges_come_from_the_training_split_alone(tmp_path):
+    prep = text_prepare()
+    text = made_up_text(600)
+    n = int(len(text) * 0.9)
+    files = []
+    for i, tail in enumerate([text[n:], made_up_text(60, seed=9)[: len(text) - n]]):
+        src = tmp_path / f"in{i}.txt"
+        src.write_text(text[:n] + tail)  # the same 90% (training split), another 10%
+        prep.prepare(prep.PrepareConfig(input=str(src), out_dir=str(tmp_path / f"ds{i}"), tokenizer="bpe",
+                                        vocab_size=300))
+        files.append((tmp_path / f"ds{i}" / BPE_FILE).read_bytes())
+    assert files[0] == files[1]
+    vals = [np.fromfile(tmp_path / f"ds{i}" / "val.bin", dtype=np.uint16) for i in range(2)]
+    assert not np.array_equal(vals[0], vals[1])  # the val text did differ
+
+
+def test_bits_per_byte_on_a_hand_checked_example(tmp_path):
+    # character level: "a" is 1 byte, "\u00e9" 2, "\u2603" 3; the start token 0
+    tok = CharTokenizer(["a", "\u00e9", "\u2603"])
+    write_dataset(tmp_path / "c", [("t", "a\u00e9\u2603" * 4)], [("v", "a\u00e9\u2603" * 4)], tok, {"corpus": "test"})
+    ds = Dataset(str(tmp_path / "c"))
+    w = torch.tensor([[3, 1, 0], [0, 2, 1]])  # targets (e, a) and (snowman, e): 3 + 5 = 8 bytes in 4 tokens
+    # 4 tokens at 3 bits each = 12 bits over 8 bytes = 1.5 bits per byte
+    assert ds.bits_per_byte(3 * math.log(2), w) == pytest.approx(1.5)
+    # BPE: a merged token counts every byte it stands for
+    ranks = {bytes([i]): i for i in range(256)}
+    ranks[b"ab"] = 256
+    ranks[b"abc"] = 257
+    write_dataset(tmp_path / "b", [("t", "abc ab c " * 4)], [("v", "abc ab " * 4)],
+                  BpeTokenizer(ranks, r"""\S+|\s+"""), {"corpus": "test"})
+    ds = Dataset(str(tmp_path / "b"))
+    assert ds.encode("abc ab").tolist() == [257, 32, 256]
+    w = torch.tensor([[258, 257, 32, 256]])  # start token, then "abc", " ", "ab": 6 bytes in 3 tokens
+    assert ds.bits_per_byte(2 * math.log(2), w) == pytest.approx(2 * 3 / 6)
+
+
+@needs_rustbpe
+def test_bpe_bad_vocab_sizes_and_a_too_small_corpus_say_what_to_do(bpe_dataset, tmp_path):
+    src, out = bpe_dataset
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    proc = run_script("data/text/prepare.py", f"--input={src}", f"--out_dir={out}", "--tokenizer=bpe",
+                      "--vocab_size=256", check=False)  # once through the script: exit 2, one line
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "--vocab_size must be 257..65535" in proc.stderr
+    for bad in (0, 256, 65536):  # 65536 learned ids would put the start token at 65536, past uint16
+        with pytest.raises(UserError, match="--vocab_size must be 257..65535"):
+            train_bpe(["some text"], bad)
+    prep = text_prepare()
+    with pytest.raises(UserError, match=r"runs out of pairs to merge at \d+ tokens.*at most"):
+        prep.prepare(prep.PrepareConfig(input=str(src), out_dir=str(out), tokenizer="bpe", vocab_size=5000))
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the earlier dataset is untouched
+
+
+@needs_rustbpe
+def test_bpe_dataset_with_a_missing_or_damaged_vocabulary_says_prepare_again(bpe_dataset, tmp_path):
+    copy = tmp_path / "ds"
+    shutil.copytree(bpe_dataset[1], copy)
+    vocab = copy / BPE_FILE
+    vocab.write_text(vocab.read_text().replace('"AA=="', '"AQ=="', 1))
+    with pytest.raises(UserError, match=r"bpe.json \(the vocabulary.*missing or damaged; prepare the dataset again"):
+        Dataset(str(copy))
+    vocab.unlink()
+    with pytest.raises(UserError, match="--tokenizer=bpe --vocab_size=300"):
+        Dataset(str(copy))
+
+
+@needs_rustbpe
+def test_pystdlib_bpe_learns_on_raw_utf8_without_a_placeholder(tmp_path):
+    root = tmp_path / "lib"
+    root.mkdir()
+    for i in range(8):
+        (root / f"m{i}.py").write_text(f"# caf\u00e9 \u2603 module {i}\n" + made_up_text(80, seed=i))
+    out = tmp_path / "out"
+    run_script("data/pystdlib/prepare.py", f"--root={root}", f"--out_dir={out}", "--tokenizer=bpe", "--vocab_size=280")
+    ds = Dataset(str(out))
+    assert ds.vocab_size == 281 and ds.meta["source"]["corpus"] == "pystdlib"
+    names, starts, lengths = ds.docs("train")
+    for name, s, n in zip(names, starts, lengths):
+        assert ds.decode(ds.tokens["train"][s:s + n]) == (root / name).read_text()  # no placeholder
+
+
+def test_bpe_without_rustbpe_says_how_to_install_it(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "rustbpe", None)  # import rustbpe now raises ImportError
+    with pytest.raises(UserError, match="pip install rustbpe"):
+        train_bpe(["some text"], 300)

@@ -1,12 +1,16 @@
 """
-Your own text: a UTF-8 file or a folder of files, at character level or with GPT-2's BPE.
+Your own text: a UTF-8 file or a folder of files, at character level, with a BPE vocabulary
+learned on its training split, or with GPT-2's BPE.
 
-    python data/text/prepare.py --input=PATH --name=NAME [--tokenizer=char|gpt2]
+    python data/text/prepare.py --input=PATH --name=NAME [--tokenizer=char|bpe|gpt2] [--vocab_size=N]
 
 writes data/NAME/, then every script takes --dataset=NAME. A folder is read recursively
 (hidden files skipped); its files are split whole into train and val by a hash of their
 path. A single file is split by position: the first 90% train, the rest val.
-GPT-2's BPE needs tiktoken to download its vocabulary once; offline, use --tokenizer=char.
+--tokenizer=bpe learns N ids (the 256 bytes and N - 256 merges) with rustbpe on the training
+text only and stores them in data/NAME/bpe.json; the start token is id N, so the model's
+vocabulary is N + 1. GPT-2's BPE needs tiktoken to download its vocabulary once; offline, use
+char or bpe.
 """
 
 import sys
@@ -15,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from common import UserError, parse_config, run_main  # noqa: E402
-from data import (DATA_DIR, CharTokenizer, TiktokenTokenizer, gpt2_encoding, read_text,  # noqa: E402
-                  split_by_hash, write_dataset)
+from data import (DATA_DIR, CharTokenizer, TiktokenTokenizer, check_bpe_size, gpt2_encoding,  # noqa: E402
+                  read_text, split_by_hash, train_bpe, write_dataset)
 
 
 @dataclass
@@ -24,7 +28,8 @@ class PrepareConfig:
     input: str = ""             # a UTF-8 text file or a folder of them (required)
     name: str = ""              # dataset name: writes data/NAME/ (required unless --out_dir)
     out_dir: str = ""           # where to write instead of data/NAME
-    tokenizer: str = "char"     # char | gpt2 (tiktoken's GPT-2 BPE)
+    tokenizer: str = "char"     # char | bpe (learned on the training text) | gpt2 (tiktoken's GPT-2 BPE)
+    vocab_size: int = 0         # with bpe: ids to learn, the 256 bytes included (the start token comes on top)
     ext: str = ""               # in a folder, only files ending with this (e.g. .txt; '' = all)
     val_fraction: float = 0.1   # share of text (one file) or of files (a folder) held out
 
@@ -46,6 +51,12 @@ def prepare(cfg, tokenizer=None):
         raise UserError("give --name=NAME for data/NAME/ (or --out_dir=PATH)")
     if not 0 < cfg.val_fraction < 1:
         raise UserError(f"--val_fraction must be between 0 and 1, got {cfg.val_fraction}")
+    if tokenizer is None and cfg.tokenizer not in ("char", "bpe", "gpt2"):
+        raise UserError(f"--tokenizer must be char, bpe or gpt2, got {cfg.tokenizer!r}")
+    if cfg.tokenizer == "bpe":
+        check_bpe_size(cfg.vocab_size)  # before reading the text
+    elif cfg.vocab_size:
+        raise UserError("--vocab_size is for --tokenizer=bpe only")
     path = Path(cfg.input)
     if not path.exists():
         raise UserError(f"--input={cfg.input} does not exist")
@@ -63,10 +74,10 @@ def prepare(cfg, tokenizer=None):
     if tokenizer is None:
         if cfg.tokenizer == "char":
             tokenizer = CharTokenizer.from_texts(t for _, t in docs)
-        elif cfg.tokenizer == "gpt2":
-            tokenizer = TiktokenTokenizer(gpt2_encoding())
+        elif cfg.tokenizer == "bpe":
+            tokenizer = train_bpe((t for _, t in train), cfg.vocab_size)  # merges from the training text alone
         else:
-            raise UserError(f"--tokenizer must be char or gpt2, got {cfg.tokenizer!r}")
+            tokenizer = TiktokenTokenizer(gpt2_encoding())
     out = Path(cfg.out_dir) if cfg.out_dir else DATA_DIR / cfg.name
     return write_dataset(out, train, val, tokenizer, {"corpus": "text", "input": str(path.resolve())})
 
