@@ -331,7 +331,7 @@ def _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size):
         xs = torch.cat([torch.cat([x[:, :1], x[:, a + 1:e]], 1) for a, e in zip(starts, ends)])
     else:
         xs = torch.cat([x[:, a:e] for a, e in zip(starts, ends)])  # (B * K, context), sub-window-major
-    ys = torch.cat([y[:, a:e] for a, e in zip(starts, ends)])   # position 0's target is never kept
+    ys = torch.cat([y[:, a:e] for a, e in zip(starts, ends)])
     parts = [_losses(model, xs[i:i + batch_size], ys[i:i + batch_size], ctx, None, entropy, chunk)
              for i in range(0, xs.size(0), batch_size)]
     sub_loss = torch.cat([p[0] for p in parts]).view(len(ends), B, context)
@@ -349,7 +349,8 @@ def _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size):
 def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=None, context_mode="recompute",
             entropy=False, chunk=256):
     """Run model over windows (k, n+1) tokens: inputs are the first n, targets the last n.
-    context: each token reads at most its last `context` tokens, by recomputation over
+    context: each token reads at most its last `context` positions (with the start token:
+    the token and the last context - 1 positions), by recomputation over
     sub-windows (context_mode="recompute", exact: the model sees only those tokens) or by a
     sliding-window attention mask in every layer ("mask": through the layers information
     still flows from further back; a model trained with the start token keeps it visible).

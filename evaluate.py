@@ -41,11 +41,12 @@ from model import load_checkpoint
 class EvalConfig:
     ckpts: list[str] = field(default_factory=lambda: ["nope=out/nope/ckpt.pt"])  # NAME=PATH, comma-separated
     out_dir: str = "out/eval"           # results folder (results.json is merged, not replaced)
-    dataset: str = ""                   # '' = the dataset of the first checkpoint
+    dataset: str = ""                   # '' = the dataset each checkpoint was trained on (all the same)
     lengths: list[float] = field(default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0])  # units of L
     windows: int = 64                   # windows per length (fixed, seeded, inside documents)
     tail: int = 0                       # tokens scored by the tail metric (0 = L/8, the paper's 256/2048)
-    context: int = 0                    # context limit W: each token reads only its last W tokens (0 = all)
+    context: int = 0                    # context limit W: each token reads only its last W positions, the
+                                        # start token among them (0 = all)
     context_mode: str = "recompute"     # recompute (sub-windows of W tokens: exact) | mask (sliding-window mask)
     rope_scaling: str = ""              # RoPE checkpoints, zero-shot: pi | ntk | yarn ('' = as trained)
     rope_factors: str = ""              # rope_factors.json of search_scales.py: best factor per length
@@ -163,21 +164,27 @@ def sample(model, ds, cfg, L, device):
 # -----------------------------------------------------------------------------
 # Tables and plots, from the saved files alone
 
-def reference_of(name):
-    """The row a method is compared with at each length: the same model reading only its last L
-    positions (evaluate.py --context=L). RoPE rows against rope_window_L, NoPE trained without
-    the start token against nope_notoken_window_L, every other NoPE row against nope_window_L."""
-    base = "rope" if name.startswith("rope") else "nope_notoken" if name.startswith("nope_notoken") else "nope"
-    return f"{base}_window_L"
+def reference_of(results, name):
+    """The row a method is compared with at each length: a model of the same kind (position
+    encoding, start-token mode) reading only its last L positions (evaluate.py --context=L), at
+    lambda = 1 and without extension: nope_window_L for the NoPE rows, rope_window_L for the
+    RoPE rows, nope_notoken_window_L for NoPE without the start token. None if there is none."""
+    m, L = results["methods"][name], results["train_len"]
+    if m.get("context"):
+        return None  # a context-limited row is a reference itself
+    refs = [r for r, x in results["methods"].items() if x.get("context") == L and x.get("scales") is None
+            and x.get("pos_encoding") == m.get("pos_encoding") and x.get("bos") == m.get("bos")]
+    return min(refs, key=lambda r: (not r.endswith("window_L"), r)) if refs else None
 
 
 def excess(results, name, key="loss"):
-    """{length: loss of `name` minus loss of reference_of(name)} at the lengths both were measured,
-    on the same windows: what the long context costs a row (> 0) or buys it (< 0)."""
-    ref = results["methods"].get(reference_of(name))
-    m = results["methods"][name]
+    """{length: loss of `name` minus loss of its reference_of} at the lengths both were measured,
+    on the same windows: what the long context costs a row (> 0) or buys it (< 0). Defined here
+    once; the report, findings.py and sweep.py read it."""
+    ref = reference_of(results, name)
     if ref is None:
         return {}
+    m, ref = results["methods"][name], results["methods"][ref]
     by_ref = dict(zip(ref["lengths"], ref[key]))
     return {n: v - by_ref[n] for n, v in zip(m["lengths"], m[key]) if n in by_ref}
 
@@ -195,12 +202,12 @@ def write_tables(out, results):
             by_n = dict(zip(m["lengths"], m[key]))
             lines.append(f"| {name} | " + " | ".join(fmt(by_n[n]) if n in by_n else "" for n in lengths) + " |")
         lines.append("")
-    lines += [f"**Excess over the same model reading only its last L positions** (mean loss minus that of "
-              f"nope_window_L, rope_window_L or nope_notoken_window_L at the same length, same windows; "
-              f"nats/token), L = {L}", "", head, rule]
+    lines += [f"**Excess over a model of the same kind reading only its last L positions** (mean loss minus "
+              f"that of nope_window_L, rope_window_L or nope_notoken_window_L at the same length, on the same "
+              f"windows; nats/token: what the long context costs the row), L = {L}", "", head, rule]
     for name in results["methods"]:
         ex = excess(results, name)
-        if ex and not name.endswith("window_L"):
+        if ex:
             lines.append(f"| {name} | " + " | ".join(f"{ex[n]:+.3f}" if n in ex else "" for n in lengths) + " |")
     lines.append("")
     for name, m in results["methods"].items():

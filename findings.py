@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common import UserError, parse_config, read_json, run_main, write_json
+from evaluate import excess
 
 DELTA = 0.1          # nats above the in-distribution loss that count as "degraded"
 ENTROPY_DELTA = 0.1  # bits above the in-distribution entropy trend
@@ -77,15 +78,15 @@ REMEDIES = ("nope_uniform_4L", "nope_headscale_4L", "nope_headscale_4L_noclamp",
 
 def measures(results):
     """The rise past L at 4L and each remedy's recovered share there (see the docstring)."""
-    L = results["train_len"]
-    n4, methods = 4 * L, results["methods"]
-    if not {"nope", "nope_window_L"} <= set(methods) or n4 not in methods["nope"]["lengths"]:
+    n4, methods = 4 * results["train_len"], results["methods"]
+    rise = excess(results, "nope").get(n4) if "nope" in methods else None  # evaluate.excess: the one definition
+    if rise is None:
         return {}
-    one, ref = loss_at(results, "nope", n4), loss_at(results, "nope_window_L", n4)
-    out = {"rise_4L": one - ref}
+    out = {"rise_4L": rise}
     for r in REMEDIES:
-        if r in methods and n4 in methods[r]["lengths"]:
-            out[f"recovered_{r}"] = (one - loss_at(results, r, n4)) / (one - ref) if one != ref else float("nan")
+        ex = excess(results, r).get(n4) if r in methods else None
+        if ex is not None:  # (loss(nope) - loss(r)) / (loss(nope) - loss(ref)) = 1 - excess(r) / excess(nope)
+            out[f"recovered_{r}"] = 1 - ex / rise if rise else float("nan")
     return out
 
 

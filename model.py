@@ -42,7 +42,8 @@ class GPTConfig:
     yarn_alpha: float = 1.0      # YaRN: dimensions with fewer than alpha rotations in L are interpolated
     yarn_beta: float = 32.0      # YaRN: dimensions with more than beta rotations in L are left alone
     bos: bool = False            # inputs begin with the start token (data/); a sliding-window mask keeps it
-                                 # visible, like StreamingLLM's attention sink. False: trained before it existed
+                                 # visible, like StreamingLLM's attention sink. train.py sets it (default on);
+                                 # a checkpoint from before the token existed reads as False
 
     def __post_init__(self):
         if self.pos_encoding not in POS_ENCODINGS:
@@ -108,10 +109,11 @@ def window_mask(T, window, device, sink=False, start=0):
     window of W holds the start token and the last W - 1 tokens). window=None: plain causal."""
     i = torch.arange(start, T, device=device).unsqueeze(1)
     j = torch.arange(T, device=device).unsqueeze(0)
-    mask = j <= i
-    if window is not None:
-        mask &= (j > i - window + (1 if sink else 0)) | ((j == 0) if sink else False)
-    return mask
+    if window is None:
+        return j <= i
+    if sink:  # the start token, then the last window - 1 keys
+        return (j <= i) & ((j > i - window + 1) | (j == 0))
+    return (j <= i) & (j > i - window)
 
 
 class CausalSelfAttention(nn.Module):
@@ -308,7 +310,8 @@ class GPT(nn.Module):
         for _ in range(max_new_tokens):
             idx_cond = idx
             if window is not None and idx.size(1) > window:
-                idx_cond = torch.cat([idx[:, :1], idx[:, -(window - 1):]], 1) if self.config.bos else idx[:, -window:]
+                recent = idx[:, idx.size(1) - (window - 1):] if self.config.bos else idx[:, -window:]
+                idx_cond = torch.cat([idx[:, :1], recent], 1) if self.config.bos else recent
             logits, _ = self(idx_cond)
             logits = logits[:, -1, :] / max(temperature, 1e-6)
             if top_k is not None:

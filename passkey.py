@@ -31,7 +31,7 @@ from model import load_checkpoint
 class PasskeyConfig:
     ckpts: list[str] = field(default_factory=lambda: ["nope=out/nope/ckpt.pt"])  # NAME=PATH, comma-separated
     out_dir: str = "out/passkey"        # results folder (passkey.csv merges by method name)
-    dataset: str = ""                   # '' = the dataset of the first checkpoint (for its tokenizer)
+    dataset: str = ""                   # '' = the dataset each checkpoint was trained on (for its tokenizer)
     lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])  # units of L
     depths: int = 10                    # depths 0, 1/depths, ... (depths-1)/depths of the filler
     keys: int = 5                       # random keys per (length, depth) cell, the same for every model

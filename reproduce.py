@@ -120,8 +120,7 @@ def main():
         if cfg.dataset in ("pystdlib",) and prep.exists():
             subprocess.run([sys.executable, str(prep)], cwd=ROOT, check=True)
         else:
-            Dataset(cfg.dataset, bos=True)  # says what to do
-            raise UserError(f"dataset {cfg.dataset!r} is not prepared; prepare it first (see README: data/)")
+            Dataset(cfg.dataset, bos=True)  # not prepared, or before the start token: raises, saying what to do
 
     # 2. train NoPE and RoPE
     overrides = [f"--{k}={getattr(cfg, k)}" for k in
@@ -268,7 +267,7 @@ def write_report(cfg, out, L, times, wall):
     ev, scales = os.path.join(out, "eval"), os.path.join(out, "scales")
     uni = read_json(os.path.join(scales, "uniform.json"))
     tr = {pe: read_json(os.path.join(out, pe, "summary.json")) for pe in ("nope", "rope", "nope_notoken")
-          if os.path.exists(os.path.join(out, pe, "summary.json"))}
+          if pe != "nope_notoken" or cfg.notoken}
     notoken = (f"; NoPE without the start token: {tr['nope_notoken']['final_val_loss']:.4f}"
                if "nope_notoken" in tr else "")
     lines = [f"# nanoNoPE study: {cfg.dataset}, preset {cfg.preset}, L = {L}", "",

@@ -31,7 +31,8 @@ class SampleConfig:
     temperature: float = 0.8            # 1.0 = the model's distribution, lower = more conservative, 0 = greedy
     top_k: int = 50                     # keep only the k most likely tokens (0 = all)
     scales: str = ""                    # lambda from search_scales.py: a checkpoint (.pt) or a fit's .json
-    context: int = 0                    # read only the last `context` positions (0 = everything so far)
+    context: int = 0                    # read only the last `context` positions, the start token among
+                                        # them (0 = everything so far)
     dataset: str = ""                   # '' = the dataset the checkpoint was trained on (for its tokenizer)
     seed: int = 1337                    # the same seed gives the same samples
     device: str = "auto"                # auto | cpu | cuda | mps

@@ -18,7 +18,8 @@ Writes into out_dir (default: the checkpoint's folder + /scales):
     uniform.json        best lam per length (mean and tail metric), best lam per position, the fit
     uniform_grid_4L.pt  the checkpoint with every head_scale = the grid's best lam for 4L (one per length)
     head_4L.pt/.csv/.json   the fitted scales: checkpoint, (layer, head, scale) table, fit log
-                        (layer_4L.* and uniform_4L.* with --granularity=layer or uniform)
+                        (layer_4L.*, or uniform_4L.*: one lambda fitted by gradient, with
+                        --granularity=layer or uniform; the study's rows nope_uniform_* are the grid's)
 The grid scores windows of the validation split's "search" subset, which evaluate.py never
 scores (it takes the "eval" subset): lambda is not chosen on the text it is judged on.
 """
@@ -140,7 +141,8 @@ def grid_search(model, ds, cfg, L, ctx):
         per_pos = np.stack(per_pos)  # (n_lam, n): loss per lambda and position
         loss, tail_loss = per_pos.mean(1), per_pos[:, -tail:].mean(1)
         rows += [[n, lam, round(a, 5), round(b, 5)] for lam, a, b in zip(lams, loss, tail_loss)]
-        # best lambda per position bin (positions counted from 1: the i-th token predicts the (i+1)-th)
+        # best lambda per position bin; positions count from 1 at the window's first token (the start
+        # token, for a model trained with it), and position i's loss is its prediction of token i+1
         nb = n // width
         binned = per_pos[:, :nb * width].reshape(len(lams), nb, width).mean(2)  # (n_lam, nb)
         centers = (np.arange(nb) + 0.5) * width + 0.5

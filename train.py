@@ -74,6 +74,7 @@ class TrainConfig:
 
 MODEL_KEYS = [f.name for f in fields(GPTConfig) if f.name in TrainConfig.__dataclass_fields__]
 VAL_SEED = 1234  # the validation monitor's windows: evaluate.py's seed, not the training seed
+VAL_BATCH = 32   # windows per forward pass of the monitor (does not change what it measures)
 
 
 def get_lr(it, cfg):
@@ -130,8 +131,11 @@ def main():
     if cfg.init_from:
         init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", dropout=cfg.dropout,
                                                 rope_scaling=cfg.rope_scaling, rope_factor=cfg.rope_factor)
+        if cfg.bos != init_model.config.bos:  # a model keeps the start-token mode it was trained in
+            raise UserError(f"{cfg.init_from} was trained {'with' if init_model.config.bos else 'without'} the "
+                            f"start token; pass --bos={str(init_model.config.bos).lower()} to fine-tune it")
         ds = Dataset.for_model(init_model.config, init_ckpt, cfg.dataset)  # the same data, the same token mode
-        for k in ("n_layer", "n_head", "n_embd", "bias", "pos_encoding", "rope_base", "bos"):
+        for k in ("n_layer", "n_head", "n_embd", "bias", "pos_encoding", "rope_base"):
             setattr(cfg, k, getattr(init_model.config, k))
     else:
         ds = Dataset(cfg.dataset, bos=cfg.bos)
@@ -140,11 +144,12 @@ def main():
         if not os.path.exists(ckpt_path):
             raise UserError(f"--resume but {ckpt_path} does not exist; start without --resume")
         model, ckpt = load_checkpoint(ckpt_path, "cpu")
-        saved = ckpt.get("config", {})
+        saved = {"bos": False} | ckpt.get("config", {})  # a run from before the start token had none
         for k in MODEL_KEYS + ["init_from"]:
             if saved.get(k) != getattr(cfg, k):
                 raise UserError(f"{ckpt_path} was trained with {k}={saved.get(k)}, not {getattr(cfg, k)}: pass "
                                 "the same settings to resume, or a new --out_dir")
+        Dataset.for_model(model.config, ckpt, cfg.dataset)  # the same text as before the interruption
         iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
         log_rows = [list(r.values()) for r in ckpt.get("log", [])]
     else:
@@ -193,7 +198,7 @@ def main():
 
     def evaluate_and_save():
         nonlocal best_val
-        val = float(measure(raw_model, val_windows, 32, ctx)["loss"].mean())
+        val = float(measure(raw_model, val_windows, VAL_BATCH, ctx)["loss"].mean())
         raw_model.train()
         if not math.isfinite(val):
             raise UserError(f"validation loss is {val} at step {iter_num}; nothing saved. Lower "

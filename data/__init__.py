@@ -105,7 +105,8 @@ class TiktokenTokenizer:
     def __init__(self, enc):
         self.enc = enc
         self.name = enc.name
-        self.bos_id = enc._special_tokens.get("<|endoftext|>", enc.n_vocab)
+        eot = "<|endoftext|>"
+        self.bos_id = enc.encode_single_token(eot) if eot in enc.special_tokens_set else enc.n_vocab
         self.vocab_size = max(enc.n_vocab, self.bos_id + 1)
 
     def encode(self, text):
@@ -118,7 +119,7 @@ class TiktokenTokenizer:
         return {"kind": "tiktoken", "name": self.name}
 
     def token_bytes(self):
-        special = set(self.enc._special_tokens.values()) | {self.bos_id}
+        special = {self.enc.encode_single_token(t) for t in self.enc.special_tokens_set} | {self.bos_id}
         return np.array([0 if i in special else len(self.enc.decode_single_token_bytes(i))
                          for i in range(self.vocab_size)], dtype=np.int64)
 
@@ -307,7 +308,8 @@ class Dataset:
             with open(meta_path) as f:
                 self.meta = json.load(f)
             self.vocab_size = self.meta["vocab_size"]
-            self.meta["splits"]["train"], self.meta["splits"]["val"], self.meta["tokenizer"]["kind"]  # noqa: B018
+            if not {"train", "val"} <= set(self.meta["splits"]) or "kind" not in self.meta["tokenizer"]:
+                raise KeyError("splits")
         except (ValueError, KeyError, TypeError):
             raise UserError(f"{meta_path} is damaged; prepare the dataset again: {self.prepare_hint}") from None
         self.name = name
@@ -339,11 +341,12 @@ class Dataset:
         if not name:
             raise UserError("the checkpoint does not record its dataset; pass --dataset=NAME")
         ds = cls(name, bos=getattr(model_config, "bos", False))
-        if ds.vocab_size != model_config.vocab_size:
-            why = (" (the checkpoint was trained before the start token was added to the vocabulary; retrain it)"
-                   if ds.vocab_size == model_config.vocab_size + 1 and ds.bos_id is not None else "")
-            raise UserError(f"dataset {name!r} has {ds.vocab_size} token ids, the checkpoint {model_config.vocab_size}"
-                            f"{why}; use the dataset it was trained on")
+        # a model trained before the start token existed has one id fewer (the token is the id
+        # after the last): it reads the re-prepared dataset as before, if the text is the same
+        old_vocab = not ds.bos and ds.bos_id is not None and model_config.vocab_size == ds.bos_id == ds.vocab_size - 1
+        if ds.vocab_size != model_config.vocab_size and not old_vocab:
+            raise UserError(f"dataset {name!r} has {ds.vocab_size} token ids, the checkpoint {model_config.vocab_size}; "
+                            "use the dataset it was trained on (--dataset=NAME)")
         sha, ours = recorded.get("sha256"), ds.meta.get("sha256")
         if sha and ours and sha != ours:
             raise UserError(f"dataset {name!r} holds other text than the checkpoint was trained on (sha256 "

@@ -357,7 +357,9 @@ def test_a_sliding_window_keeps_the_start_token_visible():
     from model import window_mask
     m = window_mask(12, W, "cpu", sink=True)
     assert m[:, 0].all() and m.sum(1)[W:].eq(W).all()  # W keys each: the token and the last W - 1
-    assert torch.equal(window_mask(12, W, "cpu"), window_mask(12, W, "cpu", sink=False))
+    i, j = torch.arange(12).view(-1, 1), torch.arange(12).view(1, -1)
+    assert torch.equal(window_mask(12, W, "cpu"), (j <= i) & (j > i - W))  # without a sink: the plain window
+    assert torch.equal(m, (j <= i) & ((j > i - W + 1) | (j == 0)))
 
 
 def test_old_checkpoints_read_as_trained_without_the_token(tmp_path):
@@ -422,3 +424,16 @@ def test_recomputed_sub_windows_begin_with_the_start_token():
         sub = torch.cat([windows[:, :1], windows[:, end - W + 1:end + 1]], 1)  # (2, W + 1)
         ref = measure(model, sub, batch_size=2)["loss"]
         assert abs(got[pos] - ref[W - (end - pos)]) < 1e-5
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_generate_with_a_window_keeps_the_start_token(window, monkeypatch):
+    model = make("nope", bos=True)
+    seen = []
+    forward = GPT.forward
+    monkeypatch.setattr(GPT, "forward", lambda self, idx, *a, **k: seen.append(idx.clone()) or forward(self, idx, *a, **k))
+    idx = tokens(B=1, T=10)
+    out = model.generate(idx, 3, temperature=0, window=window)
+    for x in seen:
+        assert x.size(1) == window and x[0, 0] == idx[0, 0]  # the start token, then the last window - 1
+    assert torch.equal(seen[-1][0, 1:], out[0, out.size(1) - window:-1])

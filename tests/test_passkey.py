@@ -62,6 +62,13 @@ def test_passkey_training_and_evaluation(tmp_path):
     write_dataset(ds, [("a", text)], [("b", text)], CharTokenizer.from_texts([text]), {"corpus": "test"})
     run_script("train.py", f"--dataset={ds}", f"--out_dir={tmp_path / 'run'}", *TINY_TRAIN, "--block_size=128",
                "--passkey_frac=0.5", "--max_iters=4", "--eval_interval=4")
+    tok = CharTokenizer.from_texts([text])
+    shortest = Passkey(tok, bos_id=tok.bos_id).shortest()  # the dataset's start token counts
+    edge = [f"--dataset={ds}", *TINY_TRAIN, "--passkey_frac=0.5", "--max_iters=1", "--eval_interval=1"]
+    run_script("train.py", *edge, f"--out_dir={tmp_path / 'edge'}", f"--block_size={shortest - 1}")
+    proc = run_script("train.py", *edge, f"--out_dir={tmp_path / 'short'}", f"--block_size={shortest - 2}",
+                      check=False)
+    assert proc.returncode == 2 and f"--block_size={shortest - 1} or more" in proc.stderr
     out = tmp_path / "eval"
     ck = tmp_path / "run" / "ckpt.pt"
     run_script("passkey.py", f"--ckpts=a={ck},b={ck}", f"--out_dir={out}", "--lengths=4,8", "--depths=2",
@@ -96,4 +103,5 @@ def test_the_shortest_example_is_one_number_for_every_check():
         assert rows.shape == (3, n) and mask.sum(1).eq(len(pk.answer(12345))).all()
         with pytest.raises(UserError, match="cannot hold a passkey example"):
             pk.training_rows(1, n - 1, torch.Generator().manual_seed(0))
-        assert len(pk.prompt(n - len(pk.answer(12345)), 0.0, 12345)) == n - 6
+        answer = len(pk.answer(12345))
+        assert len(pk.prompt(n - answer, 0.0, 12345)) == n - answer  # the prompt with no filler at all

@@ -147,3 +147,102 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
     assert "| cpu | 1 |" in (sweep / "sweep.md").read_text()
     proc = run_script("findings.py", str(tmp_path / "nothing"), check=False)
     assert proc.returncode == 2 and "no finished study" in proc.stderr
+
+
+def test_search_scales_fitted_uniform_does_not_overwrite_the_grid(trained, tmp_path):
+    out = tmp_path / "scales"
+    run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={out}", "--lengths=2", "--fit_lengths=",
+               "--windows=4", "--lam_step=0.5")
+    grid = load_checkpoint(out / "uniform_grid_2L.pt")[0].get_head_scales()
+    run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={out}", "--grid=false", "--fit_lengths=2",
+               "--granularity=uniform", "--init=1.7", "--steps=3", "--lr=0.3")
+    assert torch.equal(load_checkpoint(out / "uniform_grid_2L.pt")[0].get_head_scales(), grid)
+    fitted = load_checkpoint(out / "uniform_2L.pt")[0].get_head_scales()
+    assert not torch.equal(fitted, grid) and torch.all(fitted == fitted[0, 0])
+
+
+def test_methods_compared_at_one_length_score_identical_windows(trained, tiny_dataset, tmp_path, monkeypatch):
+    """Every row of evaluate.py's table, with or without the start token, is scored on the same
+    target tokens at each length."""
+    import sys
+    import data
+    import evaluate
+    notoken = tmp_path / "notoken"
+    run_script("train.py", f"--dataset={tiny_dataset}", f"--out_dir={notoken}", *TINY_TRAIN, "--max_iters=2",
+               "--eval_interval=2", "--bos=false")
+    seen = []
+    windows = data.Dataset.windows
+
+    def spy(self, length, *args, **kwargs):
+        w = windows(self, length, *args, **kwargs)
+        seen.append((self.bos, length, kwargs.get("subset"), w))
+        return w
+    monkeypatch.setattr(data.Dataset, "windows", spy)
+    monkeypatch.setattr(sys, "argv", ["evaluate.py", f"--ckpts=a={trained},b={notoken / 'ckpt.pt'}",
+                                      f"--out_dir={tmp_path / 'eval'}", "--lengths=1,2", "--windows=4",
+                                      "--samples=false", "--plots=false"])
+    evaluate.main()
+    by = {}
+    for bos, n, subset, w in seen:
+        assert subset == "eval"
+        by.setdefault(n, []).append((bos, w))
+    for n, rows in by.items():
+        (bos_a, a), (bos_b, b) = rows
+        assert bos_a and not bos_b and (a[:, 0] != b[:, 0]).all()  # only position 0 differs...
+        assert torch.equal(a[:, 1:], b[:, 1:])                      # ...the targets are the same text
+    res = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert res["methods"]["a"]["bos"] and not res["methods"]["b"]["bos"] and res["methods"]["a"]["windows"] == [4, 4]
+
+
+def test_sample_starts_with_the_token_and_takes_scales(trained, tmp_path, monkeypatch, capsys):
+    import sys
+    import model
+    import sample
+    seen = []
+    generate = model.GPT.generate
+    monkeypatch.setattr(model.GPT, "generate", lambda self, x, *a, **k: seen.append(x) or generate(self, x, *a, **k))
+    monkeypatch.setattr(sys, "argv", ["sample.py", f"--ckpt={trained}", "--start=def x", "--num_samples=2",
+                                      "--max_new_tokens=40", "--top_k=5", "--device=cpu"])
+    sample.main()
+    out = capsys.readouterr().out.split("\n", 1)[1]
+    assert out.count("---------------") == 2 and out.startswith("def x")
+    (x,) = seen
+    bos = load_checkpoint(trained)[0].config.vocab_size - 1  # the start token: the id after the last character
+    assert x.shape == (2, 6) and (x[:, 0] == bos).all()  # the start token, then "def x"
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("for x in")
+    run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path / 's'}", "--lengths=2",
+               "--fit_lengths=", "--windows=4", "--lam_step=0.5")
+    again = run_script("sample.py", f"--ckpt={trained}", f"--start=FILE:{prompt}", "--temperature=0",
+                       f"--scales={tmp_path / 's' / 'uniform_grid_2L.pt'}", "--max_new_tokens=20", "--num_samples=1")
+    assert again.stdout.split("\n", 1)[1].startswith("for x in")
+    bad = run_script("sample.py", f"--ckpt={trained}", f"--scales={tmp_path / 'nope.pt'}", check=False)
+    assert bad.returncode == 2 and "does not exist" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_a_stage_stamped_with_another_protocol_runs_again(tmp_path):
+    import common
+    import reproduce
+    stages = reproduce.Stages(str(tmp_path), force=False)
+    marker = tmp_path / "ran"
+    cmd = ["-c", f"open({str(marker)!r}, 'a').write('x')"]
+    stages.run("s", cmd, [str(marker)])
+    reproduce.Stages(str(tmp_path), force=False).run("s", cmd, [str(marker)])
+    assert marker.read_text() == "x"  # the same command and protocol: skipped
+    stamp = tmp_path / "stages" / "s.json"
+    stamp.write_text(json.dumps(json.loads(stamp.read_text()) | {"protocol": common.PROTOCOL - 1}))
+    reproduce.Stages(str(tmp_path), force=False).run("s", cmd, [str(marker)])
+    assert marker.read_text() == "xx"  # measured under another protocol: run again
+
+
+def test_evaluate_and_passkey_on_another_dataset_say_so_in_one_line(trained, tmp_path):
+    from conftest import make_docs
+    from data import CharTokenizer, write_dataset
+    other = tmp_path / "other"
+    docs = make_docs(6, seed=9)
+    write_dataset(other, docs[:5], docs[5:], CharTokenizer.from_texts(["xyz\n"] + [t for _, t in docs]), {"corpus": "x"})
+    for script, extra in (("evaluate.py", ["--lengths=1"]), ("passkey.py", ["--lengths=1"])):
+        proc = run_script(script, f"--ckpts=a={trained}", f"--out_dir={tmp_path / script}", f"--dataset={other}",
+                          *extra, check=False)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert "token ids, the checkpoint" in proc.stderr or "other text" in proc.stderr

@@ -89,3 +89,16 @@ def test_ddp_two_cpu_processes(tiny_dataset, tmp_path):
     import json
     summary = json.loads((out / "summary.json").read_text())
     assert summary["processes"] == 2 and summary["steps"] == 10
+
+
+def test_fine_tuning_keeps_train_len_the_model_L(tiny_dataset, tmp_path):
+    run_script("train.py", f"--dataset={tiny_dataset}", f"--out_dir={tmp_path / 'a'}", *TINY_TRAIN, "--max_iters=2",
+               "--eval_interval=2")
+    tune = [f"--dataset={tiny_dataset}", f"--out_dir={tmp_path / 'b'}", *TINY_TRAIN, "--max_iters=2",
+            "--eval_interval=2", f"--init_from={tmp_path / 'a' / 'ckpt.pt'}", "--block_size=64"]
+    run_script("train.py", *tune)
+    import json
+    s = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert (s["train_len"], s["seq_len"]) == (32, 64) and s["bos"]  # train_len means L, as in results.json
+    proc = run_script("train.py", *tune, "--overwrite", "--bos=false", check=False)  # never silently mixed
+    assert proc.returncode == 2 and "trained with the start token; pass --bos=true" in proc.stderr
