@@ -320,7 +320,9 @@ def _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size):
     that end at them, stride s = context/8, each scoring its last s positions (so every scored
     token sees between 7/8 and all of `context` positions). A model trained with the start token
     never saw text without it, so each of its sub-windows is the start token (the window's
-    position 0) and the last context - 1 tokens. Costs about 8x a plain pass."""
+    position 0) and the last context - 1 tokens. Positions restart at 1 in every sub-window, so
+    a length-following lambda (model.py's head_scale_log) sees only i <= context: this is how a
+    model reading only its last `context` positions behaves. Costs about 8x a plain pass."""
     B, T = x.shape
     loss, ent = _losses(model, x[:, :context], y[:, :context], ctx, None, entropy, chunk)
     losses, ents = [loss], [ent]

@@ -68,12 +68,21 @@ class EvalConfig:
 
 def scales_of(model):
     """null (all ones), one number (uniform), or the (layer x head) table."""
-    lam = model.get_head_scales()
-    if torch.all(lam == 1):
+    return _table(model.get_head_scales(), plain=1)
+
+
+def slopes_of(model):
+    """The slopes a of lam(i) = head_scale (1 + a ln(max(i, L) / L)): null (all zero: a constant
+    lambda), one number (the same for every head), or the (layer x head) table."""
+    return _table(model.get_head_slopes(), plain=0)
+
+
+def _table(t, plain):
+    if torch.all(t == plain):
         return None
-    if torch.all(lam == lam.flatten()[0]):
-        return round(float(lam.flatten()[0]), 4)
-    return [[round(v, 4) for v in row] for row in lam.tolist()]
+    if torch.all(t == t.flatten()[0]):
+        return round(float(t.flatten()[0]), 4)
+    return [[round(v, 4) for v in row] for row in t.tolist()]
 
 
 def binned(values, width):
@@ -113,7 +122,7 @@ def evaluate_model(name, model, ds, cfg, L, ctx):
     width = cfg.bin or max(1, L // 16)
     res = {"context": window, "context_mode": cfg.context_mode if window else None, "bos": ds.bos,
            "lengths": [], "loss": [], "bpb": [], "tail_loss": [], "tokens": [], "tail_tokens": [], "windows": [],
-           "scales": scales_of(model), "pos_encoding": model.config.pos_encoding}
+           "scales": scales_of(model), "slopes": slopes_of(model), "pos_encoding": model.config.pos_encoding}
     factors = []
     for n in lengths:
         t0 = time.time()
@@ -167,13 +176,14 @@ def sample(model, ds, cfg, L, device):
 def reference_of(results, name):
     """The row a method is compared with at each length: a model of the same kind (position
     encoding, start-token mode) reading only its last L positions (evaluate.py --context=L), at
-    lambda = 1 and without extension: nope_window_L for the NoPE rows, rope_window_L for the
+    lambda = 1 (no slope) and without extension: nope_window_L for the NoPE rows, rope_window_L for the
     RoPE rows, nope_notoken_window_L for NoPE without the start token. None if there is none."""
     m, L = results["methods"][name], results["train_len"]
     if m.get("context"):
         return None  # a context-limited row is a reference itself
     refs = [r for r, x in results["methods"].items() if x.get("context") == L and x.get("scales") is None
-            and x.get("pos_encoding") == m.get("pos_encoding") and x.get("bos") == m.get("bos")]
+            and x.get("slopes") is None and x.get("pos_encoding") == m.get("pos_encoding")
+            and x.get("bos") == m.get("bos")]
     return min(refs, key=lambda r: (not r.endswith("window_L"), r)) if refs else None
 
 

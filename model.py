@@ -6,7 +6,9 @@ without Position Encoding") changes inside the model is one multiply in CausalSe
 
     q = q * head_scale            # softmax(lam_h * q.k / sqrt(d)), one lam per head
 
-head_scale is a buffer of ones (plain attention) until search_scales.py fills it in.
+head_scale is a buffer of ones (plain attention) until search_scales.py fills it in. A second
+buffer, head_scale_log (zeros: off), lets lam follow the position past the training length L:
+lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L)), the paper's per-position law per head.
 The rest is a nanoGPT-style GPT-2 block stack (pre-LayerNorm, GELU MLP, tied embeddings)
 with the position embedding `wpe` removed: in a NoPE model the causal mask alone carries order.
 
@@ -130,6 +132,10 @@ class CausalSelfAttention(nn.Module):
         # The paper's lambda, one per head: attention logits lam_h * q.k / sqrt(d).
         # A buffer, not a parameter: training never touches it; search_scales.py fits it.
         self.register_buffer("head_scale", torch.ones(config.n_head))
+        # Its slope a_h past L, lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L)): zeros = a
+        # constant lam; search_scales.py --fit=log fits it. A checkpoint without it loads with zeros.
+        self.register_buffer("head_scale_log", torch.zeros(config.n_head))
+        self.block_size = config.block_size  # L of the law above
 
     def forward(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256):
         B, T, C = x.size()
@@ -142,7 +148,16 @@ class CausalSelfAttention(nn.Module):
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         # The paper's method (Eq. for UniformScale / HeadScale): fold lam_h into q, so that
         # softmax(q'.k / sqrt(d)) = softmax(lam_h q.k / sqrt(d)) and SDPA stays the fast path.
-        q = q * self.head_scale.view(1, nh, 1, 1).to(q.dtype)
+        # Per position, the length-following lambda: lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L)),
+        # a_h = head_scale_log, i = index + 1 (the start token is i = 1). ln(L / L) = 0, so every
+        # i <= L, and every i when a = 0, gets exactly head_scale_h. Recomputed sub-windows
+        # (common._losses_recompute) and cropped generation restart i at 1: a model that reads only
+        # its last L positions never leaves i <= L.
+        L = self.block_size
+        i = torch.arange(1, T + 1, device=q.device, dtype=torch.float32).view(1, 1, T, 1)  # (1, 1, T, 1)
+        s, a = self.head_scale.view(1, nh, 1, 1), self.head_scale_log.view(1, nh, 1, 1)    # (1, nh, 1, 1)
+        lam = s * (1 + a * torch.log(i.clamp(min=L) / L))  # (1, nh, T, 1)
+        q = q * lam.to(q.dtype)
         dropout_p = self.dropout if self.training else 0.0
         if not explicit:
             if window is None:
@@ -259,7 +274,7 @@ class GPT(nn.Module):
                                ignore_index=-1, reduction=reduction)
         return logits, (loss.view(B, T) if reduction == "none" else loss)
 
-    # --- the paper's lambda, read and written in one place ---------------------------
+    # --- the paper's lambda and its slope, read and written in one place --------------
 
     def get_head_scales(self):
         """(n_layer, n_head) tensor of the current lambda values."""
@@ -270,19 +285,30 @@ class GPT(nn.Module):
         (n_layer, n_head) table (HeadScale). A flat list is refused: with as many layers as
         heads it could mean either. A tensor that requires grad is kept as is, so gradients
         flow back to it (search_scales.py fits lambda this way)."""
+        self._set_per_head("head_scale", lam, "head scales")
+
+    def get_head_slopes(self):
+        """(n_layer, n_head) tensor of the slopes a of lam(i) = head_scale (1 + a ln(max(i, L) / L))."""
+        return torch.stack([b.attn.head_scale_log.detach() for b in self.transformer.h]).cpu()
+
+    def set_head_slopes(self, a):
+        """a: the slopes (head_scale_log), in the shapes set_head_scales takes, by the same rules."""
+        self._set_per_head("head_scale_log", a, "head slopes")
+
+    def _set_per_head(self, buffer, value, what):
         n_layer, n_head = self.config.n_layer, self.config.n_head
-        lam = torch.as_tensor(lam, dtype=torch.float32, device=self.lm_head.weight.device)
-        if lam.dim() == 1 and lam.numel() == 1:
-            lam = lam.view(())
-        if lam.dim() == 1:
-            raise ValueError(f"a flat list of {lam.numel()} head scales is ambiguous: give one number, a "
+        value = torch.as_tensor(value, dtype=torch.float32, device=self.lm_head.weight.device)
+        if value.dim() == 1 and value.numel() == 1:
+            value = value.view(())
+        if value.dim() == 1:
+            raise ValueError(f"a flat list of {value.numel()} {what} is ambiguous: give one number, a "
                              f"({n_layer}, 1) table (one per layer) or a ({n_layer}, {n_head}) table (per head)")
-        if lam.dim() == 0 or lam.shape == (n_layer, 1):
-            lam = lam.expand(n_layer, n_head)
-        if lam.shape != (n_layer, n_head):
-            raise ValueError(f"head scales of shape {tuple(lam.shape)} do not fit {n_layer} layers x {n_head} heads")
+        if value.dim() == 0 or value.shape == (n_layer, 1):
+            value = value.expand(n_layer, n_head)
+        if value.shape != (n_layer, n_head):
+            raise ValueError(f"{what} of shape {tuple(value.shape)} do not fit {n_layer} layers x {n_head} heads")
         for layer, block in enumerate(self.transformer.h):
-            block.attn.head_scale = lam[layer] if lam.requires_grad else lam[layer].clone()
+            setattr(block.attn, buffer, value[layer] if value.requires_grad else value[layer].clone())
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # weight decay on matrices (dim >= 2), none on biases and LayerNorm gains
@@ -309,7 +335,7 @@ class GPT(nn.Module):
         with the start token keeps it: the start token and the last window - 1 tokens)."""
         for _ in range(max_new_tokens):
             idx_cond = idx
-            if window is not None and idx.size(1) > window:
+            if window is not None and idx.size(1) > window:  # positions restart at 1 in the crop
                 recent = idx[:, idx.size(1) - (window - 1):] if self.config.bos else idx[:, -window:]
                 idx_cond = torch.cat([idx[:, :1], recent], 1) if self.config.bos else recent
             logits, _ = self(idx_cond)
@@ -373,6 +399,9 @@ def load_checkpoint(path, device="cpu", **config_overrides):
     except ValueError as e:
         raise CheckpointError(f"{path}: {e}") from None
     state = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in ckpt["model"].items()}
+    for k, v in model.state_dict().items():  # saved before the slopes existed: zeros, a constant lambda
+        if k.endswith(".head_scale_log"):
+            state.setdefault(k, v)
     try:
         model.load_state_dict(state)
     except RuntimeError as e:

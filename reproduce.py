@@ -20,6 +20,11 @@ same settings (rerun after an interruption and nothing finished is lost; --force
   5. passkey retrieval: both models fine-tuned on text mixed with passkey examples at L, the
      uniform lambda, HeadScale and its ablations fitted on that NoPE at 4L, accuracy over
      length x depth for each (train.py --passkey_frac, search_scales.py, passkey.py)
+  5b. with --logscale: lambda that follows the position, lam_h(i) = head_scale_h (1 + a_h ln(max(i, L) / L)):
+     nope_logn (Qwen's logn attention, a = 1/ln L), nope_loglam (one a, the grid's lambda(i) fit at
+     its longest length), nope_headscale_log_4L (a_h fitted at 4L), and HeadScale fitted at 8L
+     (nope_headscale_8L), evaluated like every row (the issue's L..16L: add --lengths=1,2,4,8,16).
+     Last, so adding it to a finished study runs only these stages
   6. write out_dir/report.md: the table, the fitted lambda(i), the passkey table, the plots
 A stage's stamp records its command and the measurement protocol (common.PROTOCOL), so a study
 finished before the protocol changed is rerun, not reported as new.
@@ -70,6 +75,11 @@ class StudyConfig:
     passkey_lr: float = 1e-3            # their peak learning rate
     passkey_lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])  # units of L
     passkey_keys: int = 5               # keys per (length, depth) cell; 10 depths
+    # length-following lambda (stage 5b): lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L))
+    logscale: bool = False              # add nope_logn, nope_loglam, nope_headscale_log_4L and nope_headscale_8L
+    logscale_length: float = 4.0        # where the slopes a_h are fitted (from the grid's lambda(i) fit there)
+    logscale_fit_lengths: list[float] = field(default_factory=lambda: [8.0])  # HeadScale also fitted here, with
+                                        # --logscale only (from the grid's best lambda there)
 
 
 class Stages:
@@ -107,6 +117,12 @@ def main():
                        description=__doc__)
     if not cfg.preset:
         raise UserError("give --preset=NAME (cpu, gpu or tiny)")
+    if cfg.logscale:
+        missing = [k for k in [cfg.logscale_length, *cfg.logscale_fit_lengths] if k not in cfg.grid_lengths]
+        if missing:
+            raise UserError(f"--logscale fits at {', '.join(f'{k:g}L' for k in missing)} from the grid there: "
+                            f"add {','.join(f'{k:g}' for k in missing)} to --grid_lengths (now "
+                            f"{','.join(f'{k:g}' for k in cfg.grid_lengths)})")
     t_start = time.time()
     out = os.path.abspath(cfg.out_dir)
     cfg.out_dir = out
@@ -254,6 +270,25 @@ def main():
                                     f"--avg_up_to={max(cfg.passkey_lengths):g}"],
                    [os.path.join(pk, "passkey.json")])
 
+    # 5b. lambda that follows the position: slopes set (Qwen's logn, the grid's a) and fitted, and
+    # HeadScale at the longer lengths, to compare what holds past the length a fit was made at
+    if cfg.logscale:
+        lg = name_of(cfg.logscale_length)
+        more = [k for k in cfg.logscale_fit_lengths if k not in cfg.fit_lengths]  # already fitted otherwise
+        if more:
+            stages.run("search_logscale_headscale", ["search_scales.py", *common, "--grid=false",
+                                                     f"--fit_lengths={lengths(more)}"],
+                       [os.path.join(scales, f"head_{name_of(k)}.pt") for k in more])
+        stages.run("search_logscale", ["search_scales.py", *common, "--grid=false", "--fit=log",
+                                       f"--fit_lengths={cfg.logscale_length:g}", "--set_log=logn,grid"],
+                   [os.path.join(scales, f) for f in (f"headlog_{lg}.pt", "log_logn.pt", "log_grid.pt")])
+        log_methods = [f"nope_logn={os.path.join(scales, 'log_logn.pt')}",
+                       f"nope_loglam={os.path.join(scales, 'log_grid.pt')}",
+                       f"nope_headscale_log_{lg}={os.path.join(scales, f'headlog_{lg}.pt')}"]
+        log_methods += [f"nope_headscale_{name_of(k)}={os.path.join(scales, f'head_{name_of(k)}.pt')}" for k in more]
+        stages.run("evaluate_logscale", ["evaluate.py", f"--ckpts={','.join(log_methods)}", "--samples=false",
+                                         *eval_common, f"--search_dir={scales}"], [os.path.join(ev, "results.json")])
+
     # 6. the report
     write_report(cfg, out, L, stages.seconds, time.time() - t_start)
 
@@ -299,6 +334,14 @@ def write_report(cfg, out, L, times, wall):
     if cfg.fit_lengths:
         lam = read_json(os.path.join(scales, f"head_{name_of(cfg.fit_lengths[0])}.json"))["lam"]
         lines.append(f"| nope_headscale_* | one lambda per (layer, head), gradient fit | {len(lam) * len(lam[0])} |")
+    logfit = os.path.join(scales, f"headlog_{name_of(cfg.logscale_length)}.json")
+    if cfg.logscale and os.path.exists(logfit):
+        a = read_json(logfit)["a"]
+        grid_a = read_json(os.path.join(scales, "log_grid.json"))
+        lines += ["| nope_logn | nothing: a = 1/ln L for every head (Qwen's logn attention) | 0 |",
+                  f"| nope_loglam | one a for every head, the grid's lambda(i) fit ({grid_a['source']}) | 1 |",
+                  f"| nope_headscale_log_* | one slope a per (layer, head), gradient fit, head_scale 1 | "
+                  f"{len(a) * len(a[0])} |"]
     if cfg.rope_baselines:
         lines += ["| rope_*_zeroshot | one factor per length, grid search on validation loss | 1 |",
                   f"| rope_*_ft_* | every weight, fine-tuned | {n_params:,} |"]
@@ -308,6 +351,15 @@ def write_report(cfg, out, L, times, wall):
                   "|---|" + "---:|" * len(next(iter(rf.values())))]
         for m, by_len in rf.items():
             lines.append(f"| {m} | " + " | ".join(f"{s['best_factor']:g}" for s in by_len.values()) + " |")
+    if cfg.logscale and os.path.exists(logfit):
+        lines += ["", "**Lambda that follows the position**, lam_h(i) = 1 + a_h ln(max(i, L) / L) (positions "
+                  "i <= L unchanged)", "", "| slopes | how | a mean | min | max |", "|---|---|---:|---:|---:|"]
+        for fn in sorted(os.listdir(scales)):
+            if fn.endswith(".json") and fn.startswith(("log_", "headlog_", "layerlog_", "uniformlog_")):
+                s = read_json(os.path.join(scales, fn))
+                flat = [v for row in s["a"] for v in row] if isinstance(s["a"], list) else [s["a"]]
+                how = s.get("source") or f"fitted at n = {s['length']}, {s['steps']} steps from {s['init']:.3f}"
+                lines.append(f"| {fn[:-5]} | {how} | {sum(flat) / len(flat):.3f} | {min(flat):.3f} | {max(flat):.3f} |")
     pk_table = os.path.join(out, "passkey", "passkey.md")
     if cfg.passkey and os.path.exists(pk_table):
         pk = read_json(os.path.join(out, "passkey", "passkey.json"))

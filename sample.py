@@ -30,7 +30,7 @@ class SampleConfig:
     max_new_tokens: int = 500           # tokens generated per sample
     temperature: float = 0.8            # 1.0 = the model's distribution, lower = more conservative, 0 = greedy
     top_k: int = 50                     # keep only the k most likely tokens (0 = all)
-    scales: str = ""                    # lambda from search_scales.py: a checkpoint (.pt) or a fit's .json
+    scales: str = ""                    # lambda and its slopes from search_scales.py: a checkpoint (.pt) or a .json
     context: int = 0                    # read only the last `context` positions, the start token among
                                         # them (0 = everything so far)
     dataset: str = ""                   # '' = the dataset the checkpoint was trained on (for its tokenizer)
@@ -40,15 +40,18 @@ class SampleConfig:
 
 
 def load_scales(path, device):
-    """The (n_layer, n_head) lambda table of a search_scales.py output."""
+    """The lambda table and the slope table (zeros: a constant lambda) of a search_scales.py
+    output: (n_layer, n_head) tensors, or numbers from a --set_log .json."""
     if not os.path.exists(path):
         raise UserError(f"--scales={path} does not exist; run search_scales.py first")
     if path.endswith(".json"):
-        lam = read_json(path).get("lam")
-        if lam is None:
-            raise UserError(f"{path} holds no fitted scales ('lam'); give a head_*.json or a checkpoint")
-        return torch.tensor(lam)
-    return load_checkpoint(path, device)[0].get_head_scales()
+        info = read_json(path)
+        if "lam" not in info and "a" not in info:
+            raise UserError(f"{path} holds no fitted scales ('lam') or slopes ('a'); give a fit's .json "
+                            "or a checkpoint")
+        return torch.tensor(info.get("lam", 1.0)), torch.tensor(info.get("a", 0.0))
+    model = load_checkpoint(path, device)[0]
+    return model.get_head_scales(), model.get_head_slopes()
 
 
 def main():
@@ -59,11 +62,13 @@ def main():
     model, ckpt = load_checkpoint(cfg.ckpt, device)
     ds = Dataset.for_model(model.config, ckpt, cfg.dataset)
     if cfg.scales:
-        lam = load_scales(cfg.scales, device)
-        if tuple(lam.shape) != (model.config.n_layer, model.config.n_head):
-            raise UserError(f"--scales={cfg.scales} has shape {tuple(lam.shape)}, the model "
-                            f"{model.config.n_layer} layers x {model.config.n_head} heads")
+        lam, a = load_scales(cfg.scales, device)
+        for t in (lam, a):
+            if t.dim() and tuple(t.shape) != (model.config.n_layer, model.config.n_head):
+                raise UserError(f"--scales={cfg.scales} has shape {tuple(t.shape)}, the model "
+                                f"{model.config.n_layer} layers x {model.config.n_head} heads")
         model.set_head_scales(lam)
+        model.set_head_slopes(a)
     text = read_text(cfg.start[5:]) if cfg.start.startswith("FILE:") else cfg.start
     ids = ds.prompt_ids(text)  # the start token first, if the model was trained with it
     if len(ids) == 0:

@@ -8,10 +8,15 @@ The paper's two remedies for NoPE past its training length L, on any train.py ch
 2. HeadScale (gradient fit): one lam per (layer, head), every other weight frozen, fitted on
    the LM loss at the target length: AdamW, warm-up then cosine, and after every step
    lam >= 1 (the "focus constraint"). Also one lam per layer (--granularity=layer).
+3. Length-following scales (--fit=log): lam_h(i) = 1 + a_h ln(max(i, L) / L), the log law of
+   the grid's best lam per position, one slope a_h per head (or layer, or one), fitted the same
+   way with head_scale fixed at 1 and, after every step, a_h >= 0; initialised at the grid's a
+   at that length. Nothing changes at positions <= L. --set_log writes a slope without a fit.
 
     python search_scales.py --ckpt=out/nope/ckpt.pt                       # grid at 2L,4L,8L, fit at 2L,4L
     python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --min_scale=0 --tag=_noclamp
     python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --init=1 --tag=_noinit
+    python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --fit=log --set_log=logn,grid
 
 Writes into out_dir (default: the checkpoint's folder + /scales):
     grid.csv            length, lam, loss, tail_loss for every grid point
@@ -20,6 +25,10 @@ Writes into out_dir (default: the checkpoint's folder + /scales):
     head_4L.pt/.csv/.json   the fitted scales: checkpoint, (layer, head, scale) table, fit log
                         (layer_4L.*, or uniform_4L.*: one lambda fitted by gradient, with
                         --granularity=layer or uniform; the study's rows nope_uniform_* are the grid's)
+    headlog_4L.pt/.csv/.json    --fit=log: the fitted slopes a (layer, head, slope), head_scale 1
+                        (layerlog_4L.*, uniformlog_4L.*)
+    log_logn.pt/.json   --set_log=logn: every slope 1/ln L (Qwen's logn attention), nothing fitted
+    log_grid.pt/.json   --set_log=grid: every slope the grid's a at its longest length (log_0.3.*: a number)
 The grid scores windows of the validation split's "search" subset, which evaluate.py never
 scores (it takes the "eval" subset): lambda is not chosen on the text it is judged on.
 """
@@ -56,9 +65,12 @@ class SearchConfig:
     position_bins: int = 0              # width of the position bins for lam(i) (0 = L/8)
     # HeadScale gradient fit
     fit_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0])  # fit target lengths, units of L ('' = none)
-    granularity: str = "head"           # head (n_layer x n_head scales) | layer (n_layer) | uniform (1)
-    init: float = 0.0                   # starting lam (0 = the best uniform lam for that length)
-    min_scale: float = 1.0              # clamp after every step: lam >= min_scale (0 = no clamp)
+    fit: str = "scale"                  # scale (HeadScale: lam) | log (the slopes a of
+                                        # lam(i) = 1 + a ln(max(i, L) / L), head_scale 1, a >= 0 after every step)
+    granularity: str = "head"           # head (n_layer x n_head values) | layer (n_layer) | uniform (1)
+    init: float = 0.0                   # starting lam (0 = the best uniform lam for that length); with --fit=log
+                                        # the starting a (0 = the grid's lambda(i) fit a at that length)
+    min_scale: float = 1.0              # clamp after every step: lam >= min_scale (0 = no clamp; --fit=log: a >= 0)
     steps: int = 200                    # optimizer steps
     lr: float = 0.05                    # peak learning rate
     warmup_frac: float = 0.1            # linear warm-up over this share of the steps
@@ -67,6 +79,8 @@ class SearchConfig:
     beta2: float = 0.95                 # AdamW beta2
     fit_batch_size: int = 4             # training sequences per fit step
     tag: str = ""                       # suffix for the fit's output names (e.g. _noclamp)
+    set_log: list[str] = field(default_factory=list)  # write log_VALUE.pt, every slope a = VALUE, nothing fitted:
+                                        # a number >= 0, logn (Qwen: 1/ln L) or grid (uniform.json's a, longest length)
     # RoPE baselines: zero-shot extension factors (RoPE checkpoints only)
     rope_grid: bool = False             # grid over the factor of each rope_method at each of `lengths`
     rope_methods: list[str] = field(default_factory=lambda: ["pi", "ntk", "yarn"])  # PI, NTK-aware, YaRN
@@ -78,6 +92,14 @@ class SearchConfig:
     dtype: str = "auto"                 # auto | float32 | bfloat16
     log_interval: int = 20              # fit progress line every this many steps
     preset: str = ""                    # the preset used (set by --preset=NAME)
+
+
+def _number(text):
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def length_name(n, L):
@@ -93,7 +115,13 @@ def check(cfg):
     if cfg.lam_min <= 0:
         raise UserError(f"lambda must be > 0 (it multiplies the attention logits), got lam_min={cfg.lam_min}")
     if cfg.init < 0:
-        raise UserError(f"--init must be > 0 (or 0 for the best uniform lambda), got {cfg.init}")
+        raise UserError(f"--init must be > 0 (or 0: the grid's best uniform lambda, or with --fit=log its "
+                        f"lambda(i) fit a), got {cfg.init}")
+    if cfg.fit not in ("scale", "log"):
+        raise UserError(f"--fit must be scale or log, got {cfg.fit!r}")
+    for v in cfg.set_log:
+        if v not in ("logn", "grid") and not (_number(v) is not None and _number(v) >= 0):
+            raise UserError(f"--set_log takes logn, grid or a number >= 0, got {v!r}")
     if cfg.granularity not in ("head", "layer", "uniform"):
         raise UserError(f"--granularity must be head, layer or uniform, got {cfg.granularity!r}")
     if cfg.select not in ("loss", "tail"):
@@ -190,12 +218,18 @@ def rope_factor_grid(model, ds, cfg, L, ctx):
 
 
 # -----------------------------------------------------------------------------
-# HeadScale: gradient fit of the scales alone
+# HeadScale: gradient fit of the scales alone (or of their slopes a, --fit=log)
 
 def fit_scales(model, ds, cfg, n, init, ctx, device):
-    """Minimise the LM loss at length n over lam only. Returns (lam table, log rows)."""
+    """Minimise the LM loss at length n over lam only, or with --fit=log over the slopes a only
+    (head_scale stays 1). Returns (table, log rows)."""
     n_layer, n_head = model.config.n_layer, model.config.n_head
     shape = {"head": (n_layer, n_head), "layer": (n_layer, 1), "uniform": (1, 1)}[cfg.granularity]
+    slopes = cfg.fit == "log"
+    put = model.set_head_slopes if slopes else model.set_head_scales
+    # the clamp after every step: a >= 0, or the focus constraint lam >= min_scale (lam > 0 always)
+    floor = 0.0 if slopes else cfg.min_scale if cfg.min_scale > 0 else 1e-3
+    sym = "a" if slopes else "lam"
     lam = torch.full(shape, float(init), dtype=torch.float32, device=device, requires_grad=True)  # fp32 always
     model.requires_grad_(False)  # frozen: autograd computes no weight gradients, only activations' on the way to lam
     model.eval()                 # no dropout: the fit sees the model as it is evaluated
@@ -214,22 +248,45 @@ def fit_scales(model, ds, cfg, n, init, ctx, device):
         opt.param_groups[0]["lr"] = lr
         g.manual_seed(cfg.seed * 7_919 + step)
         x, y = ds.get_batch("train", cfg.fit_batch_size, n, g, device)
-        model.set_head_scales(lam.expand(n_layer, n_head))
+        put(lam.expand(n_layer, n_head))
         with ctx:
             _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         with torch.no_grad():
-            lam.clamp_(min=cfg.min_scale if cfg.min_scale > 0 else 1e-3)  # the focus constraint (lam > 0 always)
+            lam.clamp_(min=floor)
         if not math.isfinite(loss.item()):
             raise UserError(f"the fit diverged (loss {loss.item()}) at step {step}; lower --lr")
         log.append([step + 1, round(loss.item(), 5), round(lam.mean().item(), 4), round(lam.min().item(), 4),
                     round(lam.max().item(), 4), lr])
         if (step + 1) % cfg.log_interval == 0 or step + 1 == cfg.steps:
-            print(progress.line(step + 1, loss=loss.item(), lam_mean=f"{lam.mean().item():.3f}",
-                                lam_min=f"{lam.min().item():.3f}", lam_max=f"{lam.max().item():.3f}"), flush=True)
+            print(progress.line(step + 1, loss=loss.item(), **{f"{sym}_mean": f"{lam.mean().item():.3f}",
+                                f"{sym}_min": f"{lam.min().item():.3f}", f"{sym}_max": f"{lam.max().item():.3f}"}),
+                  flush=True)
     return lam.detach().expand(n_layer, n_head).clone(), log
+
+
+def set_log(model, value, L, uniform_path, out, extras):
+    """Write log_VALUE.pt/.json: every slope a = VALUE, head_scale 1, nothing fitted."""
+    if value == "logn":  # Qwen's logn attention, q * log_L(i) for i > L, is 1 + (1 / ln L) ln(i / L)
+        a, source = 1 / math.log(L), f"logn: 1 / ln L, L = {L}"
+    elif value == "grid":
+        if not os.path.exists(uniform_path):
+            raise UserError(f"--set_log=grid reads the lambda(i) fit from {uniform_path}: run the grid first")
+        fit = read_json(uniform_path)["fit"]
+        if not (math.isfinite(fit["a"]) and fit["a"] >= 0):
+            raise UserError(f"the grid's lambda(i) fit in {uniform_path} has a = {fit['a']}: give --set_log=NUMBER")
+        a, source = fit["a"], f"grid: lambda(i) fit at {fit['length']} (R2 {fit['r2']:.3f})"
+    else:
+        a, source = float(value), "given"
+    model.set_head_slopes(a)
+    stem = os.path.join(out, f"log_{value if value in ('logn', 'grid') else f'{a:g}'}")
+    info = {"method": "set_log", "value": value, "a": a, "source": source}
+    save_checkpoint(stem + ".pt", model, **extras, scales=info)
+    write_json(stem + ".json", info)
+    model.set_head_slopes(0.0)
+    print(f"wrote {stem}.pt/.json: every slope a = {a:.4f} ({source})")
 
 
 def main():
@@ -246,7 +303,8 @@ def main():
     os.makedirs(out, exist_ok=True)
     base = {"train_len": L, "dataset": dataset, "ckpt": os.path.abspath(cfg.ckpt)}
     extras = {k: ckpt[k] for k in ("config", "dataset", "iter_num") if k in ckpt}
-    model.set_head_scales(1.0)  # every search starts from the plain model (lambda = 1)
+    model.set_head_scales(1.0)  # every search starts from the plain model (lambda = 1, no slope)
+    model.set_head_slopes(0.0)
     print(f"{model.config.pos_encoding} model, L={L}, {model.config.n_layer} layers x {model.config.n_head} heads, "
           f"{'with' if ds.bos else 'without'} the start token, dataset {dataset}, device {device} {dtype}")
 
@@ -277,38 +335,61 @@ def main():
                                                                    "seed": cfg.seed, "methods": best})
         print(f"wrote {out}/rope_grid.csv, rope_factors.json")
 
-    # --- 2. HeadScale (or per-layer) gradient fit -----------------------------------------
+    # --- 1b. slopes set without a fit: Qwen's logn, the grid's a -----------------------------
+    for value in cfg.set_log:
+        set_log(model, value, L, uniform_path, out, extras)
+
+    # --- 2. HeadScale (or per-layer) gradient fit, or of the slopes with --fit=log --------
+    slopes = cfg.fit == "log"
+    fitted, sym = ("head_scale_log", "a") if slopes else ("head_scale", "lam")
     for n in length_list(cfg.fit_lengths, L):
         name = length_name(n, L)
         if cfg.init > 0:
             init = cfg.init
         else:
             found = read_json(uniform_path)["lengths"].get(name) if os.path.exists(uniform_path) else None
+            what = "lambda(i) fit" if slopes else "best uniform lambda"
             if found is None:
-                raise UserError(f"no best uniform lambda for {name} in {uniform_path}: run the grid with "
+                raise UserError(f"no {what} for {name} in {uniform_path}: run the grid with "
                                 f"--lengths including {n / L:g}, or give --init=VALUE")
-            init = found["best_lam"] if cfg.select == "loss" else found["best_lam_tail"]
-        before = {k: v.clone() for k, v in model.state_dict().items() if not k.endswith("head_scale")}
-        print(f"fitting {cfg.granularity} scales at {name} (n={n}) from lam={init:.2f}, clamp >= {cfg.min_scale:g}")
+            if slopes:
+                init = found["fit_a"]
+            else:
+                init = found["best_lam"] if cfg.select == "loss" else found["best_lam_tail"]
+            if not math.isfinite(init):
+                raise UserError(f"the {what} for {name} in {uniform_path} is {init}: give --init=VALUE")
+            init = max(init, 0.0)  # a >= 0 from the start (lam >= lam_min > 0 already)
+        before = {k: v.clone() for k, v in model.state_dict().items() if not k.endswith(fitted)}
+        clamp = "a >= 0, head_scale 1" if slopes else f"clamp >= {cfg.min_scale:g}"
+        print(f"fitting {cfg.granularity} {'slopes' if slopes else 'scales'} at {name} (n={n}) from "
+              f"{sym}={init:.3f}, {clamp}")
         t0 = time.time()
         lam, log = fit_scales(model, ds, cfg, n, init, ctx, device)
         seconds = time.time() - t0
         after = model.state_dict()
         changed = [k for k, v in before.items() if not torch.equal(v, after[k])]
-        if changed:  # the method's promise: only head_scale moves
-            raise RuntimeError(f"weights other than head_scale changed during the fit: {changed[:3]}")
-        model.set_head_scales(lam)
-        stem = os.path.join(out, f"{cfg.granularity}_{name}{cfg.tag}")
-        info = {"method": cfg.granularity, "length": n, "init": init, "min_scale": cfg.min_scale,
-                "steps": cfg.steps, "lr": cfg.lr, "lam": lam.tolist()}
+        if changed:  # the method's promise: only head_scale (or only its slopes) moves
+            raise RuntimeError(f"weights other than {fitted} changed during the fit: {changed[:3]}")
+        if slopes:
+            model.set_head_slopes(lam)
+            stem = os.path.join(out, f"{cfg.granularity}log_{name}{cfg.tag}")
+            info = {"method": f"{cfg.granularity}log", "length": n, "init": init, "min_slope": 0.0,
+                    "head_scale": 1.0, "steps": cfg.steps, "lr": cfg.lr, "a": lam.tolist()}
+        else:
+            model.set_head_scales(lam)
+            stem = os.path.join(out, f"{cfg.granularity}_{name}{cfg.tag}")
+            info = {"method": cfg.granularity, "length": n, "init": init, "min_scale": cfg.min_scale,
+                    "steps": cfg.steps, "lr": cfg.lr, "lam": lam.tolist()}
         save_checkpoint(stem + ".pt", model, **extras, scales=info)
         write_csv(stem + ".csv", [[l, h, round(v, 5)] for l, row in enumerate(lam.tolist()) for h, v in enumerate(row)],
-                  ["layer", "head", "scale"])
+                  ["layer", "head", "slope" if slopes else "scale"])
+        keys = ["step", "loss", f"{sym}_mean", f"{sym}_min", f"{sym}_max", "lr"]
         write_json(stem + ".json", base | info | {"seconds": round(seconds, 1), "final_loss": log[-1][1],
-                   "log": [dict(zip(["step", "loss", "lam_mean", "lam_min", "lam_max", "lr"], r)) for r in log]})
-        print(f"wrote {stem}.pt/.csv/.json ({seconds:.0f}s; only head_scale changed)")
+                                                  "log": [dict(zip(keys, r)) for r in log]})
+        print(f"wrote {stem}.pt/.csv/.json ({seconds:.0f}s; only {fitted} changed)")
         model.requires_grad_(True)
         model.set_head_scales(1.0)
+        model.set_head_slopes(0.0)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from model import (GPT, CheckpointError, GPTConfig, apply_rope, load_checkpoint, rope_cos_sin,
-                   save_checkpoint)
+from model import (GPT, CausalSelfAttention, CheckpointError, GPTConfig, apply_rope, load_checkpoint,
+                   rope_cos_sin, save_checkpoint, window_mask)
 
 V = 17
 
@@ -32,13 +32,14 @@ def tokens(B=2, T=24, seed=1):
 
 def reference_attention(attn, x, lam=None, window=None):
     """Plain causal attention written out independently of model.py:
-    softmax(lam_h * q.k / sqrt(d) + mask) v, then the output projection."""
+    softmax(lam_h * q.k / sqrt(d) + mask) v, then the output projection. lam: (nh,) one per
+    head, or (nh, T) one per head and query position."""
     B, T, C = x.shape
     nh, hs = attn.n_head, C // attn.n_head
     q, k, v = attn.c_attn(x).split(C, dim=2)
     q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in (q, k, v))
     lam = torch.ones(nh) if lam is None else lam
-    att = lam.view(1, nh, 1, 1) * (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+    att = lam.view(1, nh, -1, 1) * (q @ k.transpose(-2, -1)) / math.sqrt(hs)
     i, j = torch.arange(T).view(-1, 1), torch.arange(T).view(1, -1)
     allowed = (j <= i) if window is None else (j <= i) & (j > i - window)
     att = att.masked_fill(~allowed, float("-inf")).softmax(-1)
@@ -437,3 +438,174 @@ def test_generate_with_a_window_keeps_the_start_token(window, monkeypatch):
     for x in seen:
         assert x.size(1) == window and x[0, 0] == idx[0, 0]  # the start token, then the last window - 1
     assert torch.equal(seen[-1][0, 1:], out[0, out.size(1) - window:-1])
+
+
+# -----------------------------------------------------------------------------
+# Lambda that follows the position: lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L))
+
+def todays_attention(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256):
+    """CausalSelfAttention.forward as it was before the slopes: one lam per head, folded into q."""
+    B, T, C = x.size()
+    nh, hs = self.n_head, C // self.n_head
+    q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+    q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
+    if rope is not None:
+        q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+    q = q * self.head_scale.view(1, nh, 1, 1).to(q.dtype)
+    if not explicit:
+        mask = None if window is None else window_mask(T, window, x.device, self.sink)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=window is None)
+    else:
+        y = self.explicit_attention(q, k, v, window, entropy, chunk, 0.0)
+    return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+def by_hand(scales, slopes, T, L):
+    """(nh, T) lam_h(i) = s_h * (1 + a_h ln(max(i, L) / L)) for i = 1..T, with math.log."""
+    return torch.tensor([[s * (1 + a * math.log(max(i, L) / L)) for i in range(1, T + 1)]
+                         for s, a in zip(scales, slopes)])
+
+
+@pytest.mark.parametrize("pos", ["nope", "rope"])
+@pytest.mark.parametrize("explicit", [False, True])
+@pytest.mark.parametrize("window", [None, 5])
+def test_zero_slopes_are_bit_identical_to_todays_model(pos, explicit, window, monkeypatch):
+    model = make(pos, bos=True)
+    model.set_head_scales(torch.rand(2, 4) + 0.5)
+    assert torch.equal(model.get_head_slopes(), torch.zeros(2, 4))  # off by default
+    idx = tokens(T=3 * model.config.block_size)  # past L, where a slope would act
+    with torch.no_grad():
+        now = model(idx, idx, window=window, explicit=explicit, chunk=7)[0]
+        monkeypatch.setattr(CausalSelfAttention, "forward", todays_attention)
+        before = model(idx, idx, window=window, explicit=explicit, chunk=7)[0]
+    assert torch.equal(now, before)
+
+
+@pytest.mark.parametrize("pos", ["nope", "rope"])
+@pytest.mark.parametrize("window", [None, 6])
+def test_explicit_path_equals_sdpa_path_with_slopes(pos, window):
+    model = make(pos)
+    model.set_head_scales(torch.rand(2, 4) + 0.5)
+    model.set_head_slopes(torch.rand(2, 4))
+    idx = tokens(T=40)
+    with torch.no_grad():
+        a, la = model(idx, idx, window=window)
+        b, lb = model(idx, idx, window=window, explicit=True, chunk=7)
+    assert torch.allclose(a, b, atol=1e-4) and torch.allclose(la, lb, atol=1e-5)
+
+
+def test_the_log_law_by_hand():
+    model = make("nope")
+    attn = model.transformer.h[1].attn
+    L, T = model.config.block_size, 40
+    s, a = [0.5, 1.0, 1.5, 2.0], [0.0, 0.3, 1.0, 0.7]
+    attn.head_scale, attn.head_scale_log = torch.tensor(s), torch.tensor(a)
+    x = torch.randn(2, T, 32)
+    lam = by_hand(s, a, T, L)  # (nh, T)
+    assert lam[:, :L].eq(torch.tensor(s).view(4, 1)).all() and lam[1, -1] > s[1]
+    with torch.no_grad():
+        assert torch.allclose(attn(x), reference_attention(attn, x, lam), atol=1e-5)
+        assert torch.allclose(attn(x, explicit=True), reference_attention(attn, x, lam), atol=1e-5)
+
+
+def test_positions_up_to_L_see_exactly_head_scale():
+    lam = torch.rand(2, 4) + 0.5
+    plain, sloped = make("nope", bos=True), make("nope", bos=True)  # the same weights
+    for m in (plain, sloped):
+        m.set_head_scales(lam)
+    sloped.set_head_slopes(torch.rand(2, 4) + 0.2)
+    L = plain.config.block_size
+    with torch.no_grad():
+        short = tokens(T=L)  # every position <= L: the whole model is unchanged
+        assert torch.equal(plain(short, short)[0], sloped(short, short)[0])
+        # a longer sequence: layer 0's attention at positions <= L (later layers mix positions)
+        x = torch.randn(2, 3 * L, 32)
+        a0, b0 = plain.transformer.h[0].attn, sloped.transformer.h[0].attn
+        for explicit in (False, True):
+            ya, yb = a0(x, explicit=explicit), b0(x, explicit=explicit)
+            assert torch.allclose(ya[:, :L], yb[:, :L], atol=1e-6, rtol=0)
+            assert not torch.allclose(ya[:, L:], yb[:, L:], atol=1e-3)  # and past L they differ
+    # a one-layer model: its first L logits of a longer sequence are unchanged
+    one = [make("nope", n_layer=1) for _ in range(2)]
+    one[1].set_head_slopes(0.8)
+    idx = tokens(T=3 * L)
+    with torch.no_grad():
+        la, lb = (m(idx, idx)[0] for m in one)
+    assert torch.allclose(la[:, :L], lb[:, :L], atol=1e-6, rtol=0)
+    assert not torch.allclose(la[:, L:], lb[:, L:], atol=1e-3)
+
+
+def test_qwen_logn_is_the_log_law_with_slope_one_over_ln_L():
+    """Qwen's logn attention multiplies q by log_L(i) = ln i / ln L for i > L (1 before):
+    that is 1 + (1 / ln L) ln(i / L), the law with head_scale 1 and a = 1 / ln L."""
+    for L in (8, 128, 2048):
+        for i in (L + 1, 2 * L, 16 * L, 1000 * L):
+            assert math.isclose(math.log(i) / math.log(L), 1 + math.log(i / L) / math.log(L), rel_tol=1e-12)
+    model = make("nope")
+    L, T = model.config.block_size, 16 * 8
+    model.set_head_slopes(1 / math.log(L))
+    attn = model.transformer.h[0].attn
+    qwen = torch.tensor([max(1.0, math.log(i) / math.log(L)) for i in range(1, T + 1)]).expand(4, T)
+    x = torch.randn(1, T, 32)
+    with torch.no_grad():
+        assert torch.allclose(attn(x), reference_attention(attn, x, qwen), atol=1e-5)
+
+
+def test_slope_shapes_are_explicit_and_a_grad_tensor_is_kept():
+    model = make("nope", n_layer=4)
+    model.set_head_slopes(0.3)
+    assert torch.equal(model.get_head_slopes(), torch.full((4, 4), 0.3))
+    per_layer = torch.tensor([[0.0], [0.1], [0.2], [0.3]])
+    model.set_head_slopes(per_layer)
+    assert torch.equal(model.get_head_slopes(), per_layer.expand(4, 4))
+    with pytest.raises(ValueError, match="ambiguous"):
+        model.set_head_slopes([0.0, 0.1, 0.2, 0.3])
+    with pytest.raises(ValueError, match="do not fit"):
+        model.set_head_slopes(torch.zeros(4, 3))
+    assert torch.equal(model.get_head_scales(), torch.ones(4, 4))  # the scales are another buffer
+    model.requires_grad_(False)
+    a = torch.full((4, 4), 0.2, requires_grad=True)
+    model.set_head_slopes(a)
+    idx = tokens(T=3 * model.config.block_size)
+    _, loss = model(idx, idx)
+    loss.backward()
+    assert a.grad is not None and a.grad.abs().sum() > 0
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_checkpoints_keep_the_slopes_and_old_ones_load_with_zeros(tmp_path):
+    model = make("nope", bos=True)
+    model.set_head_scales(torch.rand(2, 4) + 1)
+    model.set_head_slopes(torch.rand(2, 4))
+    save_checkpoint(tmp_path / "new.pt", model)
+    loaded = load_checkpoint(tmp_path / "new.pt")[0]
+    assert torch.equal(loaded.get_head_slopes(), model.get_head_slopes())
+    assert torch.equal(loaded.get_head_scales(), model.get_head_scales())
+    idx = tokens(T=3 * model.config.block_size)
+    with torch.no_grad():
+        assert torch.equal(model(idx, idx)[0], loaded(idx, idx)[0])
+    # a checkpoint written before the slopes existed: no head_scale_log in its state dict
+    old = make("nope", bos=True)
+    save_checkpoint(tmp_path / "old.pt", old)
+    ckpt = torch.load(tmp_path / "old.pt", weights_only=True)
+    ckpt["model"] = {k: v for k, v in ckpt["model"].items() if not k.endswith("head_scale_log")}
+    assert len(ckpt["model"]) == len(old.state_dict()) - 2
+    torch.save(ckpt, tmp_path / "old.pt")
+    loaded = load_checkpoint(tmp_path / "old.pt")[0]
+    assert torch.equal(loaded.get_head_slopes(), torch.zeros(2, 4))
+    with torch.no_grad():
+        assert torch.equal(old(idx, idx)[0], loaded(idx, idx)[0])
+
+
+@pytest.mark.parametrize("pos", ["nope", "rope"])
+def test_a_model_with_slopes_runs_at_16x_training_length(pos):
+    model = make(pos, bos=True)
+    model.set_head_slopes(torch.rand(2, 4) * 0.5)
+    L = model.config.block_size
+    idx = tokens(B=1, T=16 * L)
+    with torch.no_grad():
+        a, la = model(idx, idx)
+        b, lb = model(idx, idx, explicit=True, chunk=32)
+        plain = make(pos, bos=True)(idx, idx)[1]
+    assert a.shape == (1, 16 * L, V) and torch.isfinite(la) and torch.allclose(la, lb, atol=1e-5)
+    assert not torch.isclose(la, plain)  # the slopes act past L

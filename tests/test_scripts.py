@@ -63,6 +63,38 @@ def test_search_scales_ablations_and_layer_granularity(trained, tmp_path):
     assert proc.returncode == 2 and "--init=VALUE" in proc.stderr
 
 
+def test_search_scales_log_fit_moves_only_the_slopes(trained, tmp_path):
+    import math
+    out = tmp_path / "scales"
+    run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={out}", "--lengths=2", "--fit_lengths=",
+               "--windows=4", "--lam_step=0.5")
+    uni = json.loads((out / "uniform.json").read_text())
+    common = [f"--ckpt={trained}", f"--out_dir={out}", "--grid=false", "--fit=log", "--fit_lengths=2", "--steps=8"]
+    proc = run_script("search_scales.py", *common, "--lr=0.5", "--set_log=logn,grid", "--log_interval=4")
+    assert "a_mean" in proc.stdout
+    fitted, info = load_checkpoint(out / "headlog_2L.pt")
+    assert info["scales"]["init"] == max(uni["lengths"]["2L"]["fit_a"], 0.0)  # from the grid's lambda(i) fit there
+    assert (fitted.get_head_slopes() >= 0).all() and torch.equal(fitted.get_head_scales(), torch.ones(2, 2))
+    plain, _ = load_checkpoint(trained)
+    for k, v in plain.state_dict().items():  # only head_scale_log differs from the trained model
+        if not k.endswith("head_scale_log"):
+            assert torch.equal(v, fitted.state_dict()[k])
+    with open(out / "headlog_2L.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 4 and all(float(r["slope"]) >= 0 for r in rows)
+    assert json.loads((out / "headlog_2L.json").read_text())["a"] == fitted.get_head_slopes().tolist()
+    logn = load_checkpoint(out / "log_logn.pt")[0]
+    assert torch.allclose(logn.get_head_slopes(), torch.full((2, 2), 1 / math.log(32)))  # Qwen's a = 1/ln L
+    grid = load_checkpoint(out / "log_grid.pt")[0]  # one a for every head: the grid's lambda(i) fit
+    assert torch.allclose(grid.get_head_slopes(), torch.full((2, 2), uni["fit"]["a"]))
+    # from a given start it moves (Adam's first step is about lr), and stays >= 0; per layer: one a per layer
+    run_script("search_scales.py", *common, "--init=0.3", "--lr=0.5", "--granularity=layer")
+    a = load_checkpoint(out / "layerlog_2L.pt")[0].get_head_slopes()
+    assert (a >= 0).all() and not torch.allclose(a, torch.full((2, 2), 0.3)) and torch.equal(a[:, 0], a[:, 1])
+    proc = run_script("search_scales.py", *common[:-2], "--fit_lengths=4", "--steps=2", check=False)  # no grid at 4L
+    assert proc.returncode == 2 and "--init=VALUE" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("args, message", [
     (["--lam_step=0"], "empty lambda grid"),
     (["--lam_min=0"], "lambda must be > 0"),
@@ -116,12 +148,12 @@ def test_evaluate_bad_input(trained, tmp_path):
 def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
     out = tmp_path / "study"
     # L = 104: just long enough for a passkey example, so the passkey stage runs too
-    fast = ["--lengths=1,2", "--grid_lengths=2,4", "--block_size=104", "--passkey_steps=6",
+    fast = ["--lengths=1,2", "--grid_lengths=2,4,8", "--block_size=104", "--passkey_steps=6",
             "--passkey_keys=1", "--passkey_lengths=1"]
     proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, timeout=600)
     assert (out / "report.md").exists()
     res = json.loads((out / "eval" / "results.json").read_text())
-    expected = {"nope", "rope", "nope_uniform_2L", "nope_uniform_4L", "nope_headscale_2L",
+    expected = {"nope", "rope", "nope_uniform_2L", "nope_uniform_4L", "nope_uniform_8L", "nope_headscale_2L",
                 "nope_headscale_4L", "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit", "nope_window_L",
                 "rope_window_L", "nope_notoken", "nope_notoken_window_L", "rope_pi_zeroshot", "rope_ntk_zeroshot", "rope_yarn_zeroshot", "rope_pi_ft_4L",
                 "rope_yarn_ft_4L"}
@@ -138,6 +170,21 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
                                            "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit"}
     assert len(rows) == 6 * 10 and {int(r["length"]) for r in rows} == {104}
     assert "Passkey retrieval" in (out / "report.md").read_text()
+    # --logscale adds its rows to the finished study: only its own stages run
+    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, "--logscale")
+    assert proc.stdout.count("done before, skipped") == 20
+    res = json.loads((out / "eval" / "results.json").read_text())
+    new = {"nope_logn", "nope_loglam", "nope_headscale_log_4L", "nope_headscale_8L"}
+    assert set(res["methods"]) == expected | new
+    rows = res["methods"]
+    assert rows["nope_logn"]["slopes"] == round(1 / np.log(104), 4) and rows["nope_logn"]["scales"] is None
+    assert rows["nope_headscale_8L"]["slopes"] is None and rows["nope_headscale_8L"]["scales"] is not None
+    for name in new - {"nope_headscale_8L"}:  # positions <= L are unchanged: no cost at L, by construction
+        assert rows[name]["loss"][0] == rows["nope"]["loss"][0] and rows[name]["lengths"] == rows["nope"]["lengths"]
+    assert "Lambda that follows the position" in (out / "report.md").read_text()
+    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", "--grid_lengths=2,4", "--logscale",
+                      check=False)
+    assert proc.returncode == 2 and "--grid_lengths" in proc.stderr
     # the findings check reads the study's files; the sweep tabulates it
     proc = run_script("findings.py", str(out))
     assert all(f"({k}) " in proc.stdout for k in (1, 2, 3, 4, 5, 7, 8))  # (8): the passkey stage ran; (6) needs 4L
