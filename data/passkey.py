@@ -51,7 +51,9 @@ class Passkey:
 
     def shortest(self):
         """The fewest positions an example takes: the start token (if any), the template with no
-        filler, and the answer. The one number train.py, passkey.py and reproduce.py check."""
+        filler, and the answer. The one number train.py, passkey.py and reproduce.py check (at
+        character level every key takes the same; a subword vocabulary may spell some keys in
+        more tokens, and training_rows then draws another key)."""
         return len(self.head) + self.template_len() + len(self.answer(99999))
 
     def prompt(self, length, depth, key):
@@ -81,11 +83,14 @@ class Passkey:
             raise UserError(f"rows of {length} tokens cannot hold a passkey example ({self.shortest()} tokens)")
         rows, masks = [], []
         for _ in range(count):
-            key = int(torch.randint(10000, 100000, (1,), generator=generator))
+            while True:  # with a subword vocabulary a key's token count varies: draw one that fits
+                key = int(torch.randint(10000, 100000, (1,), generator=generator))
+                ans = self.answer(key)
+                shortest = len(self.head) + self.template_len(key)
+                if shortest + len(ans) <= length:
+                    break
             depth = float(torch.rand(1, generator=generator)) * 0.999
-            ans = self.answer(key)
-            n = int(torch.randint(len(self.head) + self.template_len(key), length - len(ans) + 1, (1,),
-                                  generator=generator))
+            n = int(torch.randint(shortest, length - len(ans) + 1, (1,), generator=generator))
             row = np.concatenate([self.prompt(n, depth, key), ans, np.resize(self.filler, length - n - len(ans))])
             rows.append(row)
             masks.append((np.arange(length) >= n) & (np.arange(length) < n + len(ans)))
