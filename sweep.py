@@ -49,7 +49,7 @@ def core_seconds(run):
     train = sum(read_json(os.path.join(run, pe, "summary.json"))["wall_seconds"] for pe in ("nope", "rope", "nope_notoken")
                 if os.path.exists(os.path.join(run, pe, "summary.json")))
     rest = sum(read_json(os.path.join(stages, f))["seconds"] for f in os.listdir(stages)
-               if f.startswith(("search", "ablation", "evaluate.", "evaluate_window")))
+               if f in ("search.json", "evaluate.json", "evaluate_window.json") or f.startswith("ablation"))
     return train + rest
 
 
