@@ -342,10 +342,12 @@ def plot_search(search_dir, out, ent_path, plt, save, mark_L):
         axes[1].legend(fontsize=7)
         save(fig, "lambda_grid.png")
     for fn in sorted(os.listdir(search_dir)):
-        if not (fn.startswith("head_") and fn.endswith(".csv")):
+        if not (fn.startswith(("head_", "headlog_")) and fn.endswith(".csv")):
             continue
+        slopes = fn.startswith("headlog_")  # the fitted slopes a_h of lambda_h(i) = 1 + a_h ln(max(i, L) / L)
         with open(os.path.join(search_dir, fn)) as f:
-            rows = [(int(r["layer"]), int(r["head"]), float(r["scale"])) for r in csv.DictReader(f)]
+            rows = [(int(r["layer"]), int(r["head"]), float(r["slope" if slopes else "scale"]))
+                    for r in csv.DictReader(f)]
         lam = np.zeros((max(r[0] for r in rows) + 1, max(r[1] for r in rows) + 1))
         for layer, head, v in rows:
             lam[layer, head] = v
@@ -353,12 +355,15 @@ def plot_search(search_dir, out, ent_path, plt, save, mark_L):
         im = ax.imshow(lam, cmap="viridis")
         for (layer, head), v in np.ndenumerate(lam):
             ax.text(head, layer, f"{v:.2f}", ha="center", va="center", color="w", fontsize=7)
+        ax.set_xticks(range(lam.shape[1]))
+        ax.set_yticks(range(lam.shape[0]))
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
-        ax.set_title(f"HeadScale lambda ({fn[5:-4]})", fontsize=9)
-        fig.colorbar(im, ax=ax, label="lambda")
+        what = "slope a" if slopes else "lambda"
+        ax.set_title(f"HeadScale {what} ({fn.split('_', 1)[1][:-4]})", fontsize=9)
+        fig.colorbar(im, ax=ax, label=what)
         save(fig, f"scales_{fn[:-4]}.png")
-        if ent_path:  # the paper's Fig. 5: per-head entropy at the target length vs the fitted scale
+        if ent_path and not slopes:  # the paper's Fig. 5: per-head entropy at the target length vs the fitted scale
             meta = read_json(os.path.join(search_dir, fn[:-4] + ".json"))
             ent = read_json(ent_path)
             base = next((k for k, v in ent.items() if k == "nope"), next(iter(ent)))
