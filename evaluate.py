@@ -248,7 +248,9 @@ def plot_all(out, search_dir=""):
     def style(name):
         """One colour per method; RoPE rows dashed, context-limited rows dotted."""
         ls = ":" if "window" in name else "--" if name.startswith("rope") else "-"
-        return {"color": plt.cm.tab20(names.index(name) % 20 if name in names else 0), "ls": ls, "label": name}
+        i = names.index(name) if name in names else 0  # tab20 repeats its colours past 20 rows
+        color = plt.cm.tab20(i) if len(names) <= 20 else plt.cm.nipy_spectral(0.95 * i / (len(names) - 1))
+        return {"color": color, "ls": ls, "label": name}
 
     def legend_right(fig, ax):
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))

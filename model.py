@@ -105,17 +105,27 @@ def apply_rope(x, cos, sin):
 # -----------------------------------------------------------------------------
 # The model
 
-def window_mask(T, window, device, sink=False, start=0):
-    """Boolean (T - start, T) mask, True where query i (start <= i < T) may attend to key j:
+def window_mask(T, window, device, sink=False, start=0, lo=0):
+    """Boolean (T - start, T - lo) mask, True where query i (start <= i < T) may attend to key j
+    (lo <= j < T):
     i - window < j <= i, and with sink=True also j = 0 (the start token stays visible, so a
     window of W holds the start token and the last W - 1 tokens). window=None: plain causal."""
     i = torch.arange(start, T, device=device).unsqueeze(1)
-    j = torch.arange(T, device=device).unsqueeze(0)
+    j = torch.arange(lo, T, device=device).unsqueeze(0)
     if window is None:
         return j <= i
     if sink:  # the start token, then the last window - 1 keys
         return (j <= i) & ((j > i - window + 1) | (j == 0))
     return (j <= i) & (j > i - window)
+
+
+def log_position(T, L, device):
+    """ln(max(i, L) / L) for positions i = 1..T, shape (1, 1, T, 1): the length-following part of
+    lambda_h(i) below. None when T <= L: it would be 0 everywhere (every training step)."""
+    if T <= L:
+        return None
+    i = torch.arange(1, T + 1, device=device, dtype=torch.float32).view(1, 1, T, 1)
+    return torch.log(i.clamp(min=L) / L)
 
 
 class CausalSelfAttention(nn.Module):
@@ -137,7 +147,7 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("head_scale_log", torch.zeros(config.n_head))
         self.block_size = config.block_size  # L of the law above
 
-    def forward(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256):
+    def forward(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256, log_pos=None):
         B, T, C = x.size()
         nh, hs = self.n_head, C // self.n_head
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
@@ -153,10 +163,11 @@ class CausalSelfAttention(nn.Module):
         # i <= L, and every i when a = 0, gets exactly head_scale_h. Recomputed sub-windows
         # (common._losses_recompute) and cropped generation restart i at 1: a model that reads only
         # its last L positions never leaves i <= L.
-        L = self.block_size
-        i = torch.arange(1, T + 1, device=q.device, dtype=torch.float32).view(1, 1, T, 1)  # (1, 1, T, 1)
-        s, a = self.head_scale.view(1, nh, 1, 1), self.head_scale_log.view(1, nh, 1, 1)    # (1, nh, 1, 1)
-        lam = s * (1 + a * torch.log(i.clamp(min=L) / L))  # (1, nh, T, 1)
+        if log_pos is None:  # GPT.forward computes it once for every layer; None up to L
+            log_pos = log_position(T, self.block_size, q.device)                          # (1, 1, T, 1)
+        lam = self.head_scale.view(1, nh, 1, 1)                                            # (1, nh, 1, 1)
+        if log_pos is not None:
+            lam = lam * (1 + self.head_scale_log.view(1, nh, 1, 1) * log_pos)              # (1, nh, T, 1)
         q = q * lam.to(q.dtype)
         dropout_p = self.dropout if self.training else 0.0
         if not explicit:
@@ -184,7 +195,7 @@ class CausalSelfAttention(nn.Module):
             # keys no query here can see are skipped (all kept with a sink: key 0 stays visible)
             lo = 0 if window is None or self.sink else max(0, s - window + 1)
             att = (q[:, :, s:e] @ k[:, :, lo:e].transpose(-2, -1)) / math.sqrt(hs)  # (B, nh, e-s, e-lo)
-            allowed = window_mask(e, window, q.device, self.sink, start=s)[:, lo:]  # (e-s, e-lo)
+            allowed = window_mask(e, window, q.device, self.sink, start=s, lo=lo)   # (e-s, e-lo)
             att = att.masked_fill(~allowed, float("-inf"))
             att = F.softmax(att.float(), dim=-1)                       # (B, nh, e-s, e-lo), fp32
             if ent is not None:
@@ -263,9 +274,10 @@ class GPT(nn.Module):
         reduction: "mean" gives a scalar loss, "none" the (B, T) per-token losses"""
         B, T = idx.size()
         rope = rope_cos_sin(self.config, T, idx.device) if self.config.pos_encoding == "rope" else None
+        log_pos = log_position(T, self.config.block_size, idx.device)  # (1, 1, T, 1), shared by the layers
         x = self.transformer.drop(self.transformer.wte(idx))  # (B, T, C): token embeddings only
         for block in self.transformer.h:
-            x = block(x, rope=rope, window=window, explicit=explicit, entropy=entropy, chunk=chunk)
+            x = block(x, rope=rope, window=window, explicit=explicit, entropy=entropy, chunk=chunk, log_pos=log_pos)
         x = self.transformer.ln_f(x)
         if targets is None:  # inference: only the last position's logits are needed
             return self.lm_head(x[:, [-1], :]), None
@@ -336,8 +348,8 @@ class GPT(nn.Module):
         for _ in range(max_new_tokens):
             idx_cond = idx
             if window is not None and idx.size(1) > window:  # positions restart at 1 in the crop
-                recent = idx[:, idx.size(1) - (window - 1):] if self.config.bos else idx[:, -window:]
-                idx_cond = torch.cat([idx[:, :1], recent], 1) if self.config.bos else recent
+                idx_cond = (torch.cat([idx[:, :1], idx[:, idx.size(1) - (window - 1):]], 1) if self.config.bos
+                            else idx[:, -window:])
             logits, _ = self(idx_cond)
             logits = logits[:, -1, :] / max(temperature, 1e-6)
             if top_k is not None:

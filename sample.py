@@ -63,12 +63,11 @@ def main():
     ds = Dataset.for_model(model.config, ckpt, cfg.dataset)
     if cfg.scales:
         lam, a = load_scales(cfg.scales, device)
-        for t in (lam, a):
-            if t.dim() and tuple(t.shape) != (model.config.n_layer, model.config.n_head):
-                raise UserError(f"--scales={cfg.scales} has shape {tuple(t.shape)}, the model "
-                                f"{model.config.n_layer} layers x {model.config.n_head} heads")
-        model.set_head_scales(lam)
-        model.set_head_slopes(a)
+        try:  # the model's own shape rules (a number, one per layer, or one per head)
+            model.set_head_scales(lam)
+            model.set_head_slopes(a)
+        except ValueError as e:
+            raise UserError(f"--scales={cfg.scales}: {e}") from None
     text = read_text(cfg.start[5:]) if cfg.start.startswith("FILE:") else cfg.start
     ids = ds.prompt_ids(text)  # the start token first, if the model was trained with it
     if len(ids) == 0:

@@ -94,6 +94,9 @@ class CharTokenizer:
     def meta(self):
         return {"kind": "char", "itos": self.itos}
 
+    def files(self):
+        return {}  # the vocabulary lives in meta.json
+
     def token_bytes(self):
         # the placeholder of an ASCII-only vocabulary counts as its own 3 bytes, not those it replaced
         return np.array([len(c.encode("utf-8")) for c in self.itos] + [0], dtype=np.int64)
@@ -118,6 +121,9 @@ class TiktokenTokenizer:
     def meta(self):
         return {"kind": "tiktoken", "name": self.name}
 
+    def files(self):
+        return {}  # tiktoken rebuilds a named encoding itself
+
     def token_bytes(self):
         special = {self.enc.encode_single_token(t) for t in self.enc.special_tokens_set} | {self.bos_id}
         return np.array([0 if i in special else len(self.enc.decode_single_token_bytes(i))
@@ -141,17 +147,19 @@ class BpeTokenizer(TiktokenTokenizer):
         self.enc = tiktoken.Encoding(name=f"bpe{len(ranks)}", pat_str=pattern, mergeable_ranks=ranks,
                                      special_tokens={BOS_TOKEN: self.bos_id})
         self.name = self.enc.name
+        # bpe.json's bytes, made once (write_dataset stores them; meta() records their hash)
+        tokens = sorted(self.ranks, key=self.ranks.get)
+        content = {"pattern": self.pattern, "special_tokens": {BOS_TOKEN: self.bos_id},
+                   "tokens": [base64.b64encode(t).decode("ascii") for t in tokens]}
+        self._file = (json.dumps(content, indent=0) + "\n").encode()
 
     def files(self):
         """{file name: bytes} that write_dataset stores beside meta.json: the token bytes (base64)
         in id order, the split pattern and the special tokens."""
-        tokens = sorted(self.ranks, key=self.ranks.get)
-        content = {"pattern": self.pattern, "special_tokens": {BOS_TOKEN: self.bos_id},
-                   "tokens": [base64.b64encode(t).decode("ascii") for t in tokens]}
-        return {BPE_FILE: (json.dumps(content, indent=0) + "\n").encode()}
+        return {BPE_FILE: self._file}
 
     def meta(self):
-        sha = hashlib.sha256(self.files()[BPE_FILE]).hexdigest()
+        sha = hashlib.sha256(self._file).hexdigest()
         return {"kind": "bpe", "file": BPE_FILE, "sha256": sha, "learned": len(self.ranks), "trainer": self.trainer}
 
     @classmethod
@@ -242,7 +250,7 @@ def write_dataset(out_dir, train_docs, val_docs, tokenizer, source):
     out_dir = Path(out_dir)
     sha = hashlib.sha256()
     meta = {"format": 1, "source": source, "tokenizer": tokenizer.meta(), "splits": {}}
-    files = dict(tokenizer.files()) if hasattr(tokenizer, "files") else {}
+    files = dict(tokenizer.files())
     for split, docs in (("train", train_docs), ("val", val_docs)):
         arrays, names, lengths = [], [], []
         for name, text in docs:
@@ -261,7 +269,7 @@ def write_dataset(out_dir, train_docs, val_docs, tokenizer, source):
         meta["splits"][split] = {"tokens": int(len(ids)), "documents": len(names),
                                  "doc_names": names, "doc_starts": starts, "doc_lengths": lengths}
     vocab_size = tokenizer.vocab_size  # the text's ids and the start token
-    if vocab_size > 65536:
+    if vocab_size > MAX_ID + 1:
         raise UserError(f"vocabulary of {vocab_size} does not fit uint16 token files")
     meta["vocab_size"] = vocab_size
     meta["bos_id"] = tokenizer.bos_id

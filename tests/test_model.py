@@ -374,19 +374,23 @@ def test_old_checkpoints_read_as_trained_without_the_token(tmp_path):
     assert load_checkpoint(tmp_path / "new.pt")[0].config.bos is True
 
 
-def test_head_scale_shapes_are_explicit():
+@pytest.mark.parametrize("kind", ["scales", "slopes"])
+def test_head_scale_and_slope_shapes_are_explicit(kind):
     model = make("nope", n_layer=4)  # as many layers as heads: a flat list of 4 could mean either
-    model.set_head_scales(1.5)
-    assert torch.equal(model.get_head_scales(), torch.full((4, 4), 1.5))
+    set_, get = getattr(model, f"set_head_{kind}"), getattr(model, f"get_head_{kind}")
+    set_(1.5)
+    assert torch.equal(get(), torch.full((4, 4), 1.5))
     per_layer = torch.tensor([[1.0], [1.1], [1.2], [1.3]])
-    model.set_head_scales(per_layer)
-    assert torch.equal(model.get_head_scales(), per_layer.expand(4, 4))
+    set_(per_layer)
+    assert torch.equal(get(), per_layer.expand(4, 4))
     with pytest.raises(ValueError, match="ambiguous"):
-        model.set_head_scales([1.0, 1.1, 1.2, 1.3])
+        set_([1.0, 1.1, 1.2, 1.3])
     with pytest.raises(ValueError, match="do not fit"):
-        model.set_head_scales(torch.ones(4, 3))
-    model.set_head_scales([2.0])  # one number in a list is one number
-    assert torch.equal(model.get_head_scales(), torch.full((4, 4), 2.0))
+        set_(torch.ones(4, 3))
+    set_([2.0])  # one number in a list is one number
+    assert torch.equal(get(), torch.full((4, 4), 2.0))
+    other = model.get_head_slopes() if kind == "scales" else model.get_head_scales()
+    assert torch.equal(other, torch.full((4, 4), 0.0 if kind == "scales" else 1.0))  # the other buffer untouched
 
 
 def test_measure_creates_no_float64_tensor():
@@ -443,7 +447,7 @@ def test_generate_with_a_window_keeps_the_start_token(window, monkeypatch):
 # -----------------------------------------------------------------------------
 # Lambda that follows the position: lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L))
 
-def todays_attention(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256):
+def todays_attention(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256, log_pos=None):
     """CausalSelfAttention.forward as it was before the slopes: one lam per head, folded into q."""
     B, T, C = x.size()
     nh, hs = self.n_head, C // self.n_head
@@ -551,18 +555,8 @@ def test_qwen_logn_is_the_log_law_with_slope_one_over_ln_L():
         assert torch.allclose(attn(x), reference_attention(attn, x, qwen), atol=1e-5)
 
 
-def test_slope_shapes_are_explicit_and_a_grad_tensor_is_kept():
+def test_a_slope_tensor_that_requires_grad_is_kept():
     model = make("nope", n_layer=4)
-    model.set_head_slopes(0.3)
-    assert torch.equal(model.get_head_slopes(), torch.full((4, 4), 0.3))
-    per_layer = torch.tensor([[0.0], [0.1], [0.2], [0.3]])
-    model.set_head_slopes(per_layer)
-    assert torch.equal(model.get_head_slopes(), per_layer.expand(4, 4))
-    with pytest.raises(ValueError, match="ambiguous"):
-        model.set_head_slopes([0.0, 0.1, 0.2, 0.3])
-    with pytest.raises(ValueError, match="do not fit"):
-        model.set_head_slopes(torch.zeros(4, 3))
-    assert torch.equal(model.get_head_scales(), torch.ones(4, 4))  # the scales are another buffer
     model.requires_grad_(False)
     a = torch.full((4, 4), 0.2, requires_grad=True)
     model.set_head_slopes(a)
