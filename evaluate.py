@@ -19,10 +19,9 @@ position 0, and every model scores the same target tokens):
     windows (the explicit softmax path)
   - text samples continuing a prompt of 3L tokens
 Results merge into out_dir/results.json by method name, so several runs (e.g. one with
---context) build one table. Plots are drawn from the saved files alone (--plot_only).
+--context) build one table. plot.py draws the figures from the saved files alone (--plot_only).
 """
 
-import csv
 import math
 import os
 import time
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+import plot
 from common import (PROTOCOL, UserError, atomic_write_text, autocast, default_tail, length_list, measure,
                     parse_ckpts, parse_config, pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 from data import Dataset
@@ -171,7 +171,7 @@ def sample(model, ds, cfg, L, device):
 
 
 # -----------------------------------------------------------------------------
-# Tables and plots, from the saved files alone
+# Tables, from the saved files alone (plot.py draws the figures)
 
 def reference_of(results, name):
     """The row a method is compared with at each length: a model of the same kind (position
@@ -230,161 +230,6 @@ def write_tables(out, results):
     return table
 
 
-def plot_all(out, search_dir=""):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    results = read_json(os.path.join(out, "results.json"))
-    L = results["train_len"]
-    drawn = []
-
-    def mark_L(ax, x=L):
-        ax.axvline(x, color="gray", ls="--", lw=1)
-        ax.text(x, ax.get_ylim()[1], " L (train)", va="top", color="gray", fontsize=8)
-
-    names = list(results["methods"])
-
-    def style(name):
-        """One colour per method; RoPE rows dashed, context-limited rows dotted."""
-        ls = ":" if "window" in name else "--" if name.startswith("rope") else "-"
-        i = names.index(name) if name in names else 0  # tab20 repeats its colours past 20 rows
-        color = plt.cm.tab20(i) if len(names) <= 20 else plt.cm.nipy_spectral(0.95 * i / (len(names) - 1))
-        return {"color": color, "ls": ls, "label": name}
-
-    def legend_right(fig, ax):
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-
-    def save(fig, name):
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, name), dpi=110)
-        plt.close(fig)
-        drawn.append(name)
-
-    # loss vs length
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
-    for ax, key, title in ((axes[0], "loss", "mean over all positions"), (axes[1], "tail_loss", "tail metric (last tokens)")):
-        for name, m in results["methods"].items():
-            ax.plot(m["lengths"], m[key], marker="o", ms=3, **style(name))
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("evaluation length n (tokens)")
-        ax.set_ylabel("loss (nats / token)")
-        ax.set_title(f"Loss vs length, {title}")
-        mark_L(ax)
-    legend_right(fig, axes[1])
-    save(fig, "loss_vs_length.png")
-
-    # per-position loss
-    pos = read_json(os.path.join(out, "positions.json"))
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    for name, p in pos.items():
-        ax.plot(p["positions"], p["loss"], lw=1, **style(name))
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("position i in the window (tokens)")
-    ax.set_ylabel("loss at position i (nats / token)")
-    ax.set_title("Per-position loss (mean over windows, binned)")
-    mark_L(ax)
-    legend_right(fig, ax)
-    save(fig, "position_loss.png")
-
-    # attention entropy
-    ent_path = os.path.join(out, "entropy.json")
-    if os.path.exists(ent_path):
-        ent = read_json(ent_path)
-        n_layer = len(next(iter(ent.values()))["entropy_bits"])
-        fig, axes = plt.subplots(1, n_layer + 1, figsize=(3.2 * (n_layer + 1), 3.6), sharey=True)
-        for name, e in ent.items():
-            x, arr = np.array(e["positions"]), np.array(e["entropy_bits"])  # (layers, heads, bins)
-            axes[0].plot(x, arr.mean((0, 1)), lw=1, **style(name))
-            for layer in range(n_layer):
-                axes[layer + 1].plot(x, arr[layer].mean(0), lw=1, **style(name))
-        x = np.array(next(iter(ent.values()))["positions"])
-        for i, ax in enumerate(axes):
-            ax.plot(x, np.log2(x), color="k", ls=":", lw=1, label="uniform bound log2(i)")
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("query position i")
-            ax.set_title("mean of all heads" if i == 0 else f"layer {i - 1}")
-            mark_L(ax)
-        axes[0].set_ylabel("attention entropy (bits)")
-        legend_right(fig, axes[-1])
-        save(fig, "entropy.png")
-
-    if search_dir:
-        drawn += plot_search(search_dir, out, ent_path if os.path.exists(ent_path) else None, plt, save, mark_L)
-    return drawn
-
-
-def plot_search(search_dir, out, ent_path, plt, save, mark_L):
-    """The uniform grid, lambda per position with its fit, and the fitted head scales."""
-    drawn = []
-    uni_path = os.path.join(search_dir, "uniform.json")
-    if os.path.exists(uni_path):
-        uni = read_json(uni_path)
-        L = uni["train_len"]
-        with open(os.path.join(search_dir, "grid.csv")) as f:
-            grid = list(csv.DictReader(f))
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        for name, s in uni["lengths"].items():
-            pts = [(float(r["lam"]), float(r["loss"])) for r in grid if int(r["length"]) == s["length"]]
-            axes[0].plot(*zip(*pts), marker=".", label=f"n = {name}")
-            axes[1].plot(s["positions"], s["best_lam_per_position"], ".", ms=4, label=f"best lam per position, n = {name}")
-        axes[0].set_xlabel("uniform scale lambda")
-        axes[0].set_ylabel("validation loss (nats / token)")
-        axes[0].set_title("UniformScale grid search")
-        axes[0].legend(fontsize=7)
-        fit = uni["fit"]
-        x = np.linspace(L, fit["length"], 200)
-        axes[1].plot(x, 1 + fit["a"] * np.log(x / L), "k-",
-                     label=f"1 + a ln(i/L), a = {fit['a']:.2f}, R2 = {fit['r2']:.2f}")
-        axes[1].set_xscale("log", base=2)
-        axes[1].set_xlabel("position i (tokens)")
-        axes[1].set_ylabel("best lambda")
-        axes[1].set_title("Best uniform lambda per position")
-        mark_L(axes[1], L)
-        axes[1].legend(fontsize=7)
-        save(fig, "lambda_grid.png")
-    for fn in sorted(os.listdir(search_dir)):
-        if not (fn.startswith(("head_", "headlog_")) and fn.endswith(".csv")):
-            continue
-        slopes = fn.startswith("headlog_")  # the fitted slopes a_h of lambda_h(i) = 1 + a_h ln(max(i, L) / L)
-        with open(os.path.join(search_dir, fn)) as f:
-            rows = [(int(r["layer"]), int(r["head"]), float(r["slope" if slopes else "scale"]))
-                    for r in csv.DictReader(f)]
-        lam = np.zeros((max(r[0] for r in rows) + 1, max(r[1] for r in rows) + 1))
-        for layer, head, v in rows:
-            lam[layer, head] = v
-        fig, ax = plt.subplots(figsize=(1.2 + 0.7 * lam.shape[1], 1.2 + 0.6 * lam.shape[0]))
-        im = ax.imshow(lam, cmap="viridis")
-        for (layer, head), v in np.ndenumerate(lam):
-            ax.text(head, layer, f"{v:.2f}", ha="center", va="center", color="w", fontsize=7)
-        ax.set_xticks(range(lam.shape[1]))
-        ax.set_yticks(range(lam.shape[0]))
-        ax.set_xlabel("head")
-        ax.set_ylabel("layer")
-        what = "slope a" if slopes else "lambda"
-        ax.set_title(f"HeadScale {what} ({fn.split('_', 1)[1][:-4]})", fontsize=9)
-        fig.colorbar(im, ax=ax, label=what)
-        save(fig, f"scales_{fn[:-4]}.png")
-        if ent_path and not slopes:  # the paper's Fig. 5: per-head entropy at the target length vs the fitted scale
-            meta = read_json(os.path.join(search_dir, fn[:-4] + ".json"))
-            ent = read_json(ent_path)
-            base = next((k for k, v in ent.items() if k == "nope"), next(iter(ent)))
-            e = ent[base]
-            pos = np.array(e["positions"])
-            near = np.abs(pos - meta["length"]) <= max(e["bin"], meta["length"] // 8)
-            if near.any() and meta["length"] <= e["length"]:
-                h = np.array(e["entropy_bits"])[:, :, near].mean(-1)  # (layers, heads)
-                fig, ax = plt.subplots(figsize=(5, 4))
-                for layer in range(lam.shape[0]):
-                    ax.plot(h[layer], lam[layer], "o", label=f"layer {layer}")
-                ax.set_xlabel(f"head entropy at i ~ {meta['length']} with lambda = 1 (bits, {base})")
-                ax.set_ylabel("fitted lambda")
-                ax.set_title("Lower-entropy heads get larger scales?", fontsize=9)
-                ax.legend(fontsize=7)
-                save(fig, f"entropy_vs_scale_{fn[5:-4]}.png")
-    return drawn
-
-
 # -----------------------------------------------------------------------------
 
 def main():
@@ -393,7 +238,7 @@ def main():
     if cfg.plot_only:
         if not os.path.exists(os.path.join(cfg.out_dir, "results.json")):
             raise UserError(f"--plot_only but {cfg.out_dir}/results.json does not exist; evaluate first")
-        print("drew", ", ".join(plot_all(cfg.out_dir, cfg.search_dir)))
+        plot.report(cfg.out_dir, *plot.draw_eval(cfg.out_dir, cfg.search_dir))
         return
     for k in ("windows", "batch_size", "chunk"):
         if getattr(cfg, k) <= 0:
@@ -457,7 +302,7 @@ def main():
         atomic_write_text(os.path.join(cfg.out_dir, "samples.md"), "\n".join(md) + "\n")
     print(table)
     if cfg.plots:
-        print("drew", ", ".join(plot_all(cfg.out_dir, cfg.search_dir)), "in", cfg.out_dir)
+        plot.report(cfg.out_dir, *plot.draw_eval(cfg.out_dir, cfg.search_dir))
 
 
 if __name__ == "__main__":

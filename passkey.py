@@ -14,13 +14,13 @@ lengths up to avg_up_to, as the paper reports), a heat map (length x depth) per 
 markdown table.
 """
 
-import csv
 import os
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+import plot
 from common import (UserError, atomic_write_text, autocast, length_list, parse_ckpts, parse_config, pick_device,
                     pick_dtype, read_json, run_main, write_csv, write_json)
 from data import Dataset
@@ -59,54 +59,6 @@ def accuracy(model, pk, n, depth, keys, device, ctx):
     return sum(o[:len(a)] == a for o, a in zip(out, answers)) / len(keys)
 
 
-def plot(out_dir, rows, avg):
-    """A heat map (depth x length) per model, and all of them side by side in passkey_all.png."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    methods = list(dict.fromkeys(r[0] for r in rows))
-    lengths = sorted({r[1] for r in rows})
-    depths = sorted({r[2] for r in rows})
-    grids = {}
-    for m in methods:
-        acc = np.full((len(depths), len(lengths)), np.nan)
-        for r in rows:
-            if r[0] == m:
-                acc[depths.index(r[2]), lengths.index(r[1])] = r[3]
-        grids[m] = acc
-
-    def draw(ax, m, first_column=True):
-        im = ax.imshow(grids[m], cmap="RdYlGn", vmin=0, vmax=1, aspect="auto")
-        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
-        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths] if first_column else [])
-        ax.set_xlabel("prompt length (tokens)")
-        if first_column:
-            ax.set_ylabel("depth of the key")
-        ax.set_title(f"{m} (mean {avg[m]:.0%})", fontsize=9)
-        return im
-
-    drawn = []
-    for m in methods:
-        fig, ax = plt.subplots(figsize=(1.5 + 0.8 * len(lengths), 4))
-        fig.colorbar(draw(ax, m), ax=ax, label="exact-match accuracy")
-        fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, f"passkey_{m}.png"), dpi=110)
-        plt.close(fig)
-        drawn.append(f"passkey_{m}.png")
-    cols = min(3, len(methods))
-    nrows = -(-len(methods) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(1 + cols * (0.6 + 0.7 * len(lengths)), nrows * 3.4),
-                             squeeze=False, layout="constrained")
-    for i, (ax, m) in enumerate(zip(axes.flat, methods)):
-        im = draw(ax, m, first_column=i % cols == 0)
-    for ax in axes.flat[len(methods):]:
-        ax.axis("off")
-    fig.colorbar(im, ax=axes, label="exact-match accuracy", shrink=0.8)
-    fig.savefig(os.path.join(out_dir, "passkey_all.png"), dpi=100)
-    plt.close(fig)
-    return drawn + ["passkey_all.png"]
-
-
 def summarise(out_dir, rows, L, avg_up_to):
     """Mean accuracy per method over lengths <= avg_up_to * L; a markdown table by length."""
     methods = list(dict.fromkeys(r[0] for r in rows))
@@ -128,10 +80,6 @@ def summarise(out_dir, rows, L, avg_up_to):
     return table, avg
 
 
-def read_rows(path):
-    with open(path) as f:
-        return [(r["method"], int(r["length"]), float(r["depth"]), float(r["accuracy"]), int(r["n"]))
-                for r in csv.DictReader(f)]
 
 
 def main():
@@ -141,10 +89,11 @@ def main():
     if cfg.plot_only:
         if not os.path.exists(csv_path):
             raise UserError(f"--plot_only but {csv_path} does not exist; run the evaluation first")
-        rows = read_rows(csv_path)
+        rows = plot.passkey_rows(csv_path)
         L = read_json(os.path.join(cfg.out_dir, "passkey.json"))["train_len"]
         table, avg = summarise(cfg.out_dir, rows, L, cfg.avg_up_to)
-        print(table, "\ndrew", ", ".join(plot(cfg.out_dir, rows, avg)))
+        print(table)
+        plot.report(cfg.out_dir, plot.draw_passkey(cfg.out_dir, rows, avg, L), [])
         return
     if cfg.depths <= 0 or cfg.keys <= 0:
         raise UserError("--depths and --keys must be > 0")
@@ -164,7 +113,7 @@ def main():
         raise UserError(f"length {min(lengths)} is shorter than the passkey template and its answer ({need} tokens)")
     rng = np.random.default_rng(cfg.seed)
     keys = rng.integers(10000, 100000, size=(len(lengths), cfg.depths, cfg.keys)).tolist()
-    rows = [r for r in read_rows(csv_path) if r[0] not in models] if os.path.exists(csv_path) else []
+    rows = [r for r in plot.passkey_rows(csv_path) if r[0] not in models] if os.path.exists(csv_path) else []
     for name, (model, _) in models.items():
         model.eval()
         pk = pks[name]
@@ -180,7 +129,7 @@ def main():
         write_csv(csv_path, rows, ["method", "length", "depth", "accuracy", "n"])
     table, avg = summarise(cfg.out_dir, rows, L, cfg.avg_up_to)
     print(table)
-    print("drew", ", ".join(plot(cfg.out_dir, rows, avg)), "in", cfg.out_dir)
+    plot.report(cfg.out_dir, plot.draw_passkey(cfg.out_dir, rows, avg, L), [])
 
 
 if __name__ == "__main__":

@@ -1,0 +1,612 @@
+"""
+Every figure of the project, drawn from saved files alone: no model is loaded, nothing is
+measured here, so a figure can be changed and redrawn in seconds.
+
+    python plot.py --study=out/study              # all of a study's figures (eval/, scales/, passkey/)
+    python plot.py --eval_dir=out/eval --search_dir=out/nope/scales
+    python plot.py --screen=out/sweep/screen.json # the recipe screen: the gap at L against tokens
+
+evaluate.py --plot_only, passkey.py and sweep.py --screen call the same functions. A method has
+one colour and line style in every figure (STYLE below): one colour per family (NoPE, RoPE and
+its extensions, the uniform lambda, HeadScale, the length-following lambda), a shade or a line
+style per member, dotted for a model reading only its last L positions. The colours are the
+Okabe-Ito palette, which colour-blind readers can tell apart. A figure whose rows are missing
+is skipped with one line saying what is missing.
+"""
+
+import csv
+import os
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from common import UserError, parse_config, read_json, run_main
+
+# Okabe & Ito (2008): distinguishable with every common colour-vision deficiency
+BLUE, SKY, VERMILLION, ORANGE, GREEN, PURPLE, YELLOW, BLACK = (
+    "#0072B2", "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#CC79A7", "#F0E442", "#000000")
+OLIVE = "#8F7F00"  # the length-following rows: a darker yellow, readable on white
+SMOOTH = 8         # the moving average of per-position curves, in units of L/SMOOTH positions
+
+
+def shade(color, k):
+    """Member k = 0, 1, 2 of a family: the family's colour, then lighter and darker."""
+    import matplotlib.colors as mc
+    rgb = np.array(mc.to_rgb(color))
+    return mc.to_hex({0: rgb, 1: rgb + (1 - rgb) * 0.45, 2: rgb * 0.6}[k % 3])
+
+
+def length_rank(name):
+    """nope_uniform_2L -> 1, _4L -> 0, _8L -> 2: 4L (the paper's target) gets the family colour."""
+    m = re.search(r"_(\d+(?:\.\d+)?)L", name)
+    return {"4": 0, "2": 1, "8": 2}.get(m.group(1), 0) if m else 0
+
+
+def style(name):
+    """Colour, line style, marker and a readable label of a method, the same in every figure."""
+    if name.endswith("window_L"):  # a model reading only its last L positions: the reference
+        base = style(name[:-len("_window_L")])
+        return base | {"ls": ":", "marker": None, "label": base["label"] + ", last L only"}
+    k = length_rank(name)
+    at = re.search(r"_(\d+(?:\.\d+)?L)", name)
+    at = f" ({at.group(1)})" if at else ""
+    rules = [  # (pattern, colour, line style, marker, label)
+        (r"nope$", BLUE, "-", "o", "NoPE"),
+        (r"nope_notoken$", SKY, "-", "o", "NoPE without start token"),
+        (r"rope$", VERMILLION, "-", "s", "RoPE"),
+        (r"rope_(pi|ntk|yarn)_(zeroshot|ft)", ORANGE, None, None, None),
+        (r"nope_uniform_log", OLIVE, "-.", "v", "one slope, fitted" + at),
+        (r"nope_layer_log", OLIVE, "--", "v", "slope per layer" + at),
+        (r"nope_headscale_log", OLIVE, "-", "v", "length-following λ" + at),
+        (r"nope_logn$", OLIVE, ":", "x", "logn (Qwen)"),
+        (r"nope_loglam$", OLIVE, (0, (5, 1, 1, 1)), "x", "λ(i) of the grid"),
+        (r"nope_uniform_", GREEN, "-", "^", "uniform λ" + at),
+        (r"nope_headscale_.*_noclamp", PURPLE, "--", "d", "HeadScale, no clamp" + at),
+        (r"nope_headscale_.*_noinit", PURPLE, ":", "d", "HeadScale, init 1" + at),
+        (r"nope_headscale_", PURPLE, "-", "D", "HeadScale" + at),
+        (r"nope_layer_", PURPLE, "-.", "D", "λ per layer" + at),
+    ]
+    for pattern, color, ls, marker, label in rules:
+        m = re.match(pattern, name)
+        if not m:
+            continue
+        if color == ORANGE:  # RoPE extensions: a line style per method, markers for fine-tuned
+            method, kind = m.groups()
+            ls = {"pi": "--", "ntk": "-.", "yarn": (0, (5, 1, 1, 1))}[method]
+            return {"color": ORANGE if kind == "ft" else shade(ORANGE, 2), "ls": ls,
+                    "marker": "s" if kind == "ft" else "^",
+                    "label": f"RoPE + {method.upper() if method != 'yarn' else 'YaRN'}, "
+                             + ("fine-tuned" + at if kind == "ft" else "zero-shot")}
+        return {"color": shade(color, k) if color in (GREEN, PURPLE) else color, "ls": ls, "marker": marker,
+                "label": label}
+    return {"color": "#777777", "ls": "-", "marker": ".", "label": name}
+
+
+def line(ax, x, y, name, **kw):
+    s = style(name)
+    ax.plot(x, y, color=s["color"], ls=s["ls"], marker=s["marker"], label=s["label"], **kw)
+
+
+# -----------------------------------------------------------------------------
+# Helpers on the saved files
+
+def moving_average(values, width):
+    """Centred mean over `width` positions (fewer at the two ends), same length as values."""
+    v = np.asarray(values, dtype=np.float64)
+    c = np.concatenate([[0.0], np.cumsum(v)])
+    i = np.arange(len(v))
+    lo, hi = np.maximum(i - width // 2, 0), np.minimum(i + width - width // 2, len(v))
+    return (c[hi] - c[lo]) / (hi - lo)
+
+
+def excess(results, name):
+    from evaluate import excess as ex  # the one definition (findings.py and the tables use it too)
+    return ex(results, name)
+
+
+def entropy_trend(positions, entropy, L):
+    """The log2-linear trend a + b log2(i) of a mean-entropy curve fitted on L/4 <= i <= L, as
+    findings.py's criterion (3) fits it: past L, the curve's rise above it is the bend."""
+    x, h = np.asarray(positions, dtype=np.float64), np.asarray(entropy, dtype=np.float64)
+    fit = (x >= L / 4) & (x <= L)
+    b, a = np.polyfit(np.log2(x[fit]), h[fit], 1)
+    return lambda i: a + b * np.log2(i)
+
+
+def best_rope_extension(results, n):
+    """The RoPE extension row with the lowest mean loss at length n (None if there is none)."""
+    rows = [(m["loss"][m["lengths"].index(n)], name) for name, m in results["methods"].items()
+            if re.match(r"rope_(pi|ntk|yarn)_", name) and n in m["lengths"]]
+    return min(rows)[1] if rows else None
+
+
+def mark_L(ax, L, text=True, scale=1):
+    ax.axvline(L * scale, color="gray", ls="--", lw=0.8, zorder=0)
+    if text:
+        ax.annotate("L (trained)", (L * scale, 1), xycoords=("data", "axes fraction"), xytext=(2, -2),
+                    textcoords="offset points", va="top", fontsize=8, color="gray")
+
+
+def length_axis(ax, L, lengths):
+    """A log2 axis of lengths labelled L, 2L, 4L ..."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [f"{n / L:g}L" if n != L else "L" for n in lengths])
+    ax.minorticks_off()
+
+
+def position_axis(ax, L, n):
+    """A linear axis of positions 0..n with ticks at multiples of L."""
+    ticks = [k * L for k in range(0, n // L + 1) if k in (0, 1, 2, 4, 8, 16, 32)]
+    ax.set_xticks(ticks, ["0" if t == 0 else "L" if t == L else f"{t // L}L" for t in ticks])
+    ax.set_xlim(0, n)
+
+
+class Figures:
+    """Draws into one folder, keeps the names it drew and says in one line what it skipped."""
+
+    def __init__(self, out):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        self.plt, self.out, self.drawn, self.skipped = plt, out, [], []
+        plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "legend.fontsize": 8,
+                             "axes.spines.top": False, "axes.spines.right": False})
+
+    def save(self, fig, name):
+        fig.savefig(os.path.join(self.out, name), dpi=110, bbox_inches="tight")
+        self.plt.close(fig)
+        self.drawn.append(name)
+
+    def skip(self, name, why):
+        self.skipped.append(f"{name} ({why})")
+
+
+def missing(have, want):
+    return [w for w in want if w not in have]
+
+
+# -----------------------------------------------------------------------------
+# A study's evaluation: the hero figure and the families
+
+def draw_eval(eval_dir, search_dir=""):
+    """Every figure of an evaluate.py folder (results.json, positions.json, entropy.json) and,
+    with search_dir, of search_scales.py's files. Returns (drawn, skipped)."""
+    path = os.path.join(eval_dir, "results.json")
+    if not os.path.exists(path):
+        raise UserError(f"{path} does not exist; evaluate first (evaluate.py or reproduce.py)")
+    results = read_json(path)
+    pos = read_json(os.path.join(eval_dir, "positions.json")) if os.path.exists(
+        os.path.join(eval_dir, "positions.json")) else {}
+    ent = read_json(os.path.join(eval_dir, "entropy.json")) if os.path.exists(
+        os.path.join(eval_dir, "entropy.json")) else {}
+    F = Figures(eval_dir)
+    hero(F, results, pos, ent)
+    families(F, results)
+    position_loss(F, results, pos)
+    entropy_layers(F, results, ent)
+    if search_dir:
+        search_figures(F, search_dir, ent)
+    return F.drawn, F.skipped
+
+
+def hero(F, results, pos, ent):
+    """(a) where NoPE breaks, (b) why: its attention spreads, (c) how far each remedy carries it."""
+    L, methods = results["train_len"], results["methods"]
+    need = missing(methods, ["nope", "rope", "nope_window_L"])
+    if need:
+        return F.skip("hero.png", "no " + ", ".join(need))
+    fig, axes = F.plt.subplots(1, 3, figsize=(15, 4.3))
+    # (a) per-position loss, smoothed
+    ax = axes[0]
+    width = max(1, L // SMOOTH)
+    n = 0
+    for name in ("nope", "nope_notoken", "rope", "nope_window_L"):
+        if name in pos and "loss_per_position" in pos[name]:
+            y = pos[name]["loss_per_position"]
+            n = max(n, len(y))
+            line(ax, np.arange(1, len(y) + 1), moving_average(y, width), name, lw=1.3, markevery=[])
+    position_axis(ax, L, n or L)
+    mark_L(ax, L)
+    ax.set_xlabel("position i in the window (tokens)")
+    ax.set_ylabel("loss at position i (nats per token)")
+    ax.set_title("(a) Past L, NoPE's loss blows up")
+    ax.legend(loc="upper left", frameon=False)
+    ax.text(0.99, 0.02, f"moving average over {width} positions (L/{SMOOTH})", transform=ax.transAxes,
+            ha="right", va="bottom", fontsize=7, color="gray")
+    # (b) attention entropy above the trend NoPE follows up to L
+    ax = axes[1]
+    rows = [r for r in ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headscale_log_4L") if r in ent]
+    if "nope" in ent:
+        trend = entropy_trend(ent["nope"]["positions"], np.mean(ent["nope"]["entropy_bits"], (0, 1)), L)
+        for name in rows:
+            e = ent[name]
+            per_pos = np.asarray(e.get("layer_bits_per_position", [])).mean(0) if e.get(
+                "layer_bits_per_position") else None
+            if per_pos is not None and len(per_pos):
+                x = np.arange(1, len(per_pos) + 1)
+                y = moving_average(per_pos, width)
+            else:  # older files: the binned curve
+                x, y = np.asarray(e["positions"]), np.mean(e["entropy_bits"], (0, 1))
+            keep = x >= L / 4
+            line(ax, x[keep], y[keep] - trend(x[keep]), name, lw=1.3, markevery=[])
+        ax.axhline(0, color="gray", lw=0.8)
+        position_axis(ax, L, len(per_pos) if per_pos is not None else int(x[-1]))
+        mark_L(ax, L)
+        ax.legend(loc="upper left", frameon=False)
+    else:
+        ax.text(0.5, 0.5, "no entropy.json for nope", ha="center", transform=ax.transAxes)
+    ax.set_xlabel("query position i (tokens)")
+    ax.set_ylabel("mean attention entropy minus NoPE's trend (bits)")
+    ax.set_title("(b) Why: its attention spreads (entropy)")
+    ax.text(0.99, 0.02, "trend: a + b·log₂ i fitted to NoPE on L/4..L", transform=ax.transAxes, ha="right",
+            va="bottom", fontsize=7, color="gray")
+    # (c) each remedy's excess over the same model reading only its last L positions
+    ax = axes[2]
+    lengths = methods["nope"]["lengths"]
+    n4 = 4 * L if 4 * L in lengths else lengths[-1]
+    rows = ["nope", "rope", "nope_uniform_4L", "nope_headscale_4L", best_rope_extension(results, n4),
+            "nope_headscale_log_4L"]
+    for name in [r for r in rows if r and r in methods]:
+        ex = excess(results, name)
+        if ex:
+            xs = sorted(ex)
+            line(ax, xs, [ex[x] for x in xs], name, lw=1.5, ms=4)
+    ax.axhline(0, color=BLACK, ls=":", lw=1, label="reading only its last L (reference)")
+    length_axis(ax, L, lengths)
+    ax.set_xlabel("evaluation length n")
+    ax.set_ylabel("loss minus reference's (nats per token)")
+    ax.set_title("(c) What the long context costs each method")
+    ax.legend(loc="upper left", frameon=False)
+    fig.tight_layout()
+    F.save(fig, "hero.png")
+
+
+FAMILIES = {  # figure -> (title, which rows)
+    "loss_nope_remedies.png": ("NoPE and its remedies (λ fitted past L)",
+                               lambda n: n == "nope" or re.match(r"nope_(uniform|headscale|layer)_\d", n)
+                               and "log" not in n),
+    "loss_rope_extensions.png": ("RoPE and its extensions (PI, NTK-aware, YaRN)",
+                                 lambda n: n == "rope" or n.startswith("rope_") and not n.endswith("window_L")),
+    "loss_length_following.png": ("λ that follows the position, against constant λ",
+                                  lambda n: n == "nope" or "log" in n or n in ("nope_uniform_4L", "nope_headscale_4L")),
+    "loss_start_token.png": ("NoPE with and without the start token, RoPE",
+                             lambda n: n in ("nope", "nope_notoken", "rope")),
+}
+
+
+def families(F, results):
+    """Mean loss and excess against length, one figure per family of methods."""
+    L, methods = results["train_len"], results["methods"]
+    lengths = sorted({n for m in methods.values() for n in m["lengths"]})
+    for fn, (title, member) in FAMILIES.items():
+        rows = [n for n in methods if member(n)]
+        if len(rows) < 2:
+            F.skip(fn, "fewer than two of its rows")
+            continue
+        fig, axes = F.plt.subplots(1, 2, figsize=(11, 4))
+        refs = {ref for n in rows for ref in [_reference(results, n)] if ref}
+        for name in rows + sorted(refs):
+            m = methods[name]
+            line(axes[0], m["lengths"], m["loss"], name, lw=1.4, ms=4)
+            ex = excess(results, name)
+            if ex:
+                xs = sorted(ex)
+                line(axes[1], xs, [ex[x] for x in xs], name, lw=1.4, ms=4)
+        axes[1].axhline(0, color=BLACK, ls=":", lw=1)
+        for ax, ylabel in zip(axes, ("mean loss (nats per token)", "excess over the same model reading its last L")):
+            length_axis(ax, L, lengths)
+            ax.set_xlabel("evaluation length n")
+            ax.set_ylabel(ylabel)
+        axes[0].set_title("mean loss over all positions")
+        axes[1].set_title("what the long context costs (0: no cost)")
+        axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+        fig.suptitle(title)
+        fig.tight_layout()
+        F.save(fig, fn)
+
+
+def _reference(results, name):
+    from evaluate import reference_of
+    return reference_of(results, name)
+
+
+def position_loss(F, results, pos):
+    """Per-position loss of the base models, their references and the 4L remedies, smoothed."""
+    L = results["train_len"]
+    rows = [r for r in ("nope", "nope_notoken", "rope", "nope_uniform_4L", "nope_headscale_4L",
+                        "nope_headscale_log_4L", "nope_window_L", "rope_window_L")
+            if r in pos and "loss_per_position" in pos[r]]
+    if not rows:
+        return F.skip("position_loss.png", "no per-position curves in positions.json")
+    width = max(1, L // SMOOTH)
+    fig, ax = F.plt.subplots(figsize=(9, 4.3))
+    n = 0
+    for name in rows:
+        y = pos[name]["loss_per_position"]
+        n = max(n, len(y))
+        line(ax, np.arange(1, len(y) + 1), moving_average(y, width), name, lw=1.2, markevery=[])
+    position_axis(ax, L, n)
+    mark_L(ax, L)
+    ax.set_xlabel("position i in the window (tokens)")
+    ax.set_ylabel("loss at position i (nats per token)")
+    ax.set_title(f"Per-position loss, moving average over {width} positions (L/{SMOOTH})")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+    fig.tight_layout()
+    F.save(fig, "position_loss.png")
+
+
+def entropy_layers(F, results, ent):
+    """Mean attention entropy per layer against position for NoPE at lambda = 1 and its 4L
+    remedies, with the bound of uniform attention, log2(i): on a linear axis, so a bend shows."""
+    L = results["train_len"]
+    rows = [r for r in ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headscale_log_4L", "nope_notoken")
+            if r in ent and ent[r].get("layer_bits_per_position")]
+    if "nope" not in rows:
+        return F.skip("entropy.png", "no per-position entropy of nope in entropy.json")
+    width = max(1, L // SMOOTH)
+    per_layer = {r: np.asarray(ent[r]["layer_bits_per_position"]) for r in rows}  # (n_layer, n)
+    n_layer, n = per_layer["nope"].shape
+    cols = min(n_layer, 4)
+    fig, axes = F.plt.subplots(-(-n_layer // cols), cols, figsize=(3.6 * cols, 3.3 * -(-n_layer // cols)),
+                               sharey=True, squeeze=False)
+    x = np.arange(1, n + 1)
+    for layer, ax in enumerate(axes.flat):
+        if layer >= n_layer:
+            ax.axis("off")
+            continue
+        ax.plot(x, np.log2(x), color="gray", lw=0.8, ls="--", label="uniform attention, log₂ i")
+        for r in rows:
+            line(ax, x, moving_average(per_layer[r][layer], width), r, lw=1.2, markevery=[])
+        position_axis(ax, L, n)
+        mark_L(ax, L, text=layer == 0)
+        ax.set_title(f"layer {layer}")
+        ax.set_xlabel("query position i")
+    axes[0, 0].set_ylabel("mean entropy of its heads (bits)")
+    axes[0, -1].legend(loc="lower right", frameon=False, fontsize=7)
+    fig.suptitle(f"Attention entropy per layer (moving average over {width} positions)")
+    fig.tight_layout()
+    F.save(fig, "entropy.png")
+
+
+def search_figures(F, search_dir, ent):
+    """The uniform grid and lambda per position with its fit; the fitted scales and slopes."""
+    uni_path = os.path.join(search_dir, "uniform.json")
+    if os.path.exists(uni_path):
+        lambda_grid(F, search_dir, read_json(uni_path))
+    for fn in sorted(os.listdir(search_dir)):
+        if fn.startswith(("head_", "headlog_")) and fn.endswith(".csv"):
+            head_table(F, search_dir, fn, ent)
+
+
+def lambda_grid(F, search_dir, uni):
+    L = uni["train_len"]
+    with open(os.path.join(search_dir, "grid.csv")) as f:
+        grid = list(csv.DictReader(f))
+    fig, axes = F.plt.subplots(1, 2, figsize=(11, 4))
+    ax = axes[0]
+    for name, s in sorted(uni["lengths"].items(), key=lambda kv: kv[1]["length"]):
+        pts = sorted((float(r["lam"]), float(r["loss"])) for r in grid if int(r["length"]) == s["length"])
+        lam, loss = np.array(pts).T
+        c = style(f"nope_uniform_{name}")["color"]
+        ax.plot(lam, loss - loss.min(), color=c, marker=".", label=f"n = {name}: best λ {s['best_lam']:.2f}")
+        ax.plot([s["best_lam"]], [0], "o", color=c, ms=7, mfc="none")
+    ax.set_ylim(-0.01, 0.3)  # the minimum is what matters; far from it the loss climbs steeply
+    ax.set_xlabel("λ, the same for every head")
+    ax.set_ylabel("mean loss minus its minimum (nats per token)")
+    ax.set_title("UniformScale: the best λ grows with the length")
+    ax.legend(frameon=False)
+    ax = axes[1]
+    fit = uni["fit"]
+    s = next(s for s in uni["lengths"].values() if s["length"] == fit["length"])
+    ax.plot(s["positions"], s["best_lam_per_position"], "o", color=GREEN, ms=4,
+            label=f"best λ per position bin, n = {fit['length'] // L}L")
+    x = np.linspace(L, fit["length"], 200)
+    ax.plot(x, 1 + fit["a"] * np.log(x / L), color=BLACK,
+            label=f"1 + a ln(i/L): a = {fit['a']:.2f}, R² = {fit['r2']:.2f}")
+    ax.set_xscale("log", base=2)
+    ticks = [L * 2 ** k for k in range(0, 8) if L * 2 ** k <= fit["length"]]
+    ax.set_xticks(ticks, ["L" if t == L else f"{t // L}L" for t in ticks])
+    ax.minorticks_off()
+    mark_L(ax, L, text=False)
+    ax.set_xlabel("position i (log scale)")
+    ax.set_ylabel("best λ")
+    ax.set_title("The best λ per position follows 1 + a ln(i/L)")
+    ax.legend(frameon=False, loc="upper left")
+    fig.tight_layout()
+    F.save(fig, "lambda_grid.png")
+
+
+def head_table(F, search_dir, fn, ent):
+    slopes = fn.startswith("headlog_")  # the slopes a_h of lambda_h(i) = 1 + a_h ln(max(i, L) / L)
+    with open(os.path.join(search_dir, fn)) as f:
+        rows = [(int(r["layer"]), int(r["head"]), float(r["slope" if slopes else "scale"])) for r in csv.DictReader(f)]
+    lam = np.zeros((max(r[0] for r in rows) + 1, max(r[1] for r in rows) + 1))
+    for layer, head, v in rows:
+        lam[layer, head] = v
+    fig, ax = F.plt.subplots(figsize=(1.6 + 0.7 * lam.shape[1], 1.2 + 0.6 * lam.shape[0]))
+    im = ax.imshow(lam, cmap="cividis")
+    mid = (lam.min() + lam.max()) / 2
+    for (layer, head), v in np.ndenumerate(lam):
+        ax.text(head, layer, f"{v:.2f}", ha="center", va="center", fontsize=7, color="k" if v > mid else "w")
+    ax.set_xticks(range(lam.shape[1]))
+    ax.set_yticks(range(lam.shape[0]))
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    what = "slope a" if slopes else "λ"
+    ax.set_title(f"{'Length-following' if slopes else 'HeadScale'} {what}, fitted at {fn.split('_', 1)[1][:-4]}",
+                 fontsize=9)
+    fig.colorbar(im, ax=ax, label=what)
+    F.save(fig, f"scales_{fn[:-4]}.png")
+    if slopes or "nope" not in ent:
+        return
+    # the paper's Fig. 5: per-head entropy at the target length (lambda = 1) against the fitted lambda
+    meta = read_json(os.path.join(search_dir, fn[:-4] + ".json"))
+    e = ent["nope"]
+    pos = np.array(e["positions"])
+    near = np.abs(pos - meta["length"]) <= max(e["bin"], meta["length"] // 8)
+    if not near.any() or meta["length"] > e["length"]:
+        return
+    h = np.array(e["entropy_bits"])[:, :, near].mean(-1)  # (layers, heads)
+    fig, ax = F.plt.subplots(figsize=(5, 4))
+    for layer in range(lam.shape[0]):
+        ax.plot(h[layer], lam[layer], "o", color=F.plt.cm.cividis(layer / max(lam.shape[0] - 1, 1)),
+                label=f"layer {layer}")
+    ax.set_xlabel(f"head entropy near i = {meta['length']} at λ = 1 (bits)")
+    ax.set_ylabel("fitted λ")
+    ax.set_title("Do lower-entropy heads get larger λ? (the paper's Fig. 5)", fontsize=9)
+    ax.legend(frameon=False)
+    fig.tight_layout()
+    F.save(fig, f"entropy_vs_scale_{fn[5:-4]}.png")
+
+
+# -----------------------------------------------------------------------------
+# Passkey heat maps (passkey.py's passkey.csv)
+
+def draw_passkey(out_dir, rows, avg, L):
+    """A heat map (depth x length in multiples of L) per model, and all of them in passkey_all.png.
+    rows: (method, length, depth, accuracy, n)."""
+    F = Figures(out_dir)
+    methods = list(dict.fromkeys(r[0] for r in rows))
+    lengths = sorted({r[1] for r in rows})
+    depths = sorted({r[2] for r in rows})
+    grids = {}
+    for m in methods:
+        acc = np.full((len(depths), len(lengths)), np.nan)
+        for r in rows:
+            if r[0] == m:
+                acc[depths.index(r[2]), lengths.index(r[1])] = r[3]
+        grids[m] = acc
+
+    def draw(ax, m, first_column=True):
+        im = ax.imshow(grids[m], cmap="cividis", vmin=0, vmax=1, aspect="auto")
+        ax.set_xticks(range(len(lengths)), [f"{n / L:g}L" for n in lengths])
+        ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths] if first_column else [])
+        ax.set_xlabel("prompt length")
+        if first_column:
+            ax.set_ylabel("depth of the key in the filler")
+        ax.set_title(f"{style(m)['label']}: mean {avg[m]:.0%}", fontsize=9)
+        return im
+
+    for m in methods:
+        fig, ax = F.plt.subplots(figsize=(1.8 + 0.8 * len(lengths), 4))
+        fig.colorbar(draw(ax, m), ax=ax, label="exact-match accuracy")
+        fig.tight_layout()
+        F.save(fig, f"passkey_{m}.png")
+    cols = min(3, len(methods))
+    nrows = -(-len(methods) // cols)
+    fig, axes = F.plt.subplots(nrows, cols, figsize=(1 + cols * (0.8 + 0.7 * len(lengths)), nrows * 3.4),
+                               squeeze=False, layout="constrained")
+    for i, (ax, m) in enumerate(zip(axes.flat, methods)):
+        im = draw(ax, m, first_column=i % cols == 0)
+    for ax in axes.flat[len(methods):]:
+        ax.axis("off")
+    fig.colorbar(im, ax=axes, label="exact-match accuracy", shrink=0.8)
+    fig.suptitle(f"Passkey retrieval (L = {L} tokens)")
+    F.save(fig, "passkey_all.png")
+    return F.drawn
+
+
+def passkey_rows(path):
+    """passkey.csv -> [(method, length, depth, accuracy, n)]"""
+    with open(path) as f:
+        return [(r["method"], int(r["length"]), float(r["depth"]), float(r["accuracy"]), int(r["n"]))
+                for r in csv.DictReader(f)]
+
+
+def read_passkey(out_dir):
+    info = read_json(os.path.join(out_dir, "passkey.json"))
+    return passkey_rows(os.path.join(out_dir, "passkey.csv")), info["mean_accuracy"], info["train_len"]
+
+
+# -----------------------------------------------------------------------------
+# The recipe screen (sweep.py --screen's screen.json)
+
+def draw_screen(path):
+    """NoPE/RoPE at L against training tokens (log axis), one line per recipe family
+    (recipes NAME, NAME_x2, NAME_x4 ... differ only in their tokens), every seed a point."""
+    rows = read_json(path)["rows"]
+    F = Figures(os.path.dirname(os.path.abspath(path)))
+    pairs = {}
+    for r in rows:
+        pairs.setdefault((r["recipe"], r["seed"]), {})[r["pos_encoding"]] = r
+    fam = {}
+    for (recipe, seed), p in pairs.items():
+        if {"nope", "rope"} <= set(p):
+            base = re.sub(r"_x\d+$", "", recipe)
+            fam.setdefault(base, []).append((p["nope"]["tokens"], p["nope"]["final_val_loss"] /
+                                             p["rope"]["final_val_loss"] - 1, p["nope"]["final_val_bpb"],
+                                             p["rope"]["final_val_bpb"]))
+    fam = {k: v for k, v in fam.items() if len({t for t, *_ in v}) > 1}  # a curve needs two token counts
+    if not fam:
+        F.skip("gap_vs_tokens.png", "no recipe family with two token counts")
+        return F.drawn, F.skipped
+    colors = [BLUE, VERMILLION, GREEN, PURPLE, ORANGE, SKY, OLIVE, BLACK]
+    fig, axes = F.plt.subplots(1, 2, figsize=(11, 4))
+    for (base, pts), c in zip(sorted(fam.items()), colors):
+        pts = np.array(sorted(pts))
+        tokens = np.unique(pts[:, 0])
+        mean = [pts[pts[:, 0] == t].mean(0) for t in tokens]
+        axes[0].plot(pts[:, 0], 100 * pts[:, 1], "o", color=c, ms=4, alpha=0.6)
+        axes[0].plot(tokens, [100 * m[1] for m in mean], "-", color=c, label=base)
+        axes[1].plot(tokens, [m[2] for m in mean], "-o", color=c, ms=4, label=f"{base}: NoPE")
+        axes[1].plot(tokens, [m[3] for m in mean], "--s", color=c, ms=4, label=f"{base}: RoPE")
+    axes[0].axhline(5, color="gray", ls="--", lw=0.8)
+    axes[0].annotate("finding 1: within 5%", (1, 5), xycoords=("axes fraction", "data"), ha="right", va="bottom",
+                     fontsize=8, color="gray")
+    axes[0].set_ylabel("NoPE's loss above RoPE's at L (%)")
+    axes[0].set_title("The in-distribution gap shrinks with training tokens")
+    axes[1].set_ylabel("validation loss at L (bits per byte)")
+    axes[1].set_title("Both models, in bits per byte (compares tokenizers)")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training tokens")
+        ax.legend(frameon=False, fontsize=7)
+    fig.tight_layout()
+    F.save(fig, "gap_vs_tokens.png")
+    return F.drawn, F.skipped
+
+
+# -----------------------------------------------------------------------------
+
+@dataclass
+class PlotConfig:
+    study: str = ""                     # a reproduce.py folder: draws eval/ (with scales/) and passkey/
+    eval_dir: str = ""                  # an evaluate.py folder (results.json, positions.json, entropy.json)
+    search_dir: str = ""                # a search_scales.py folder (uniform.json, grid.csv, head_*.csv)
+    passkey_dir: str = ""               # a passkey.py folder (passkey.csv, passkey.json)
+    screen: str = ""                    # sweep.py --screen's screen.json
+
+
+def report(where, drawn, skipped):
+    if drawn:
+        print(f"drew {', '.join(drawn)} in {where}")
+    if skipped:
+        print(f"skipped {'; '.join(skipped)}")
+
+
+def main():
+    cfg = parse_config(PlotConfig, description=__doc__)
+    if cfg.study:
+        cfg.eval_dir = cfg.eval_dir or os.path.join(cfg.study, "eval")
+        cfg.search_dir = cfg.search_dir or os.path.join(cfg.study, "scales")
+        pk = os.path.join(cfg.study, "passkey")
+        cfg.passkey_dir = cfg.passkey_dir or (pk if os.path.exists(os.path.join(pk, "passkey.csv")) else "")
+    if not (cfg.eval_dir or cfg.passkey_dir or cfg.screen):
+        raise UserError("nothing to draw: give --study=DIR, --eval_dir=DIR, --passkey_dir=DIR or --screen=FILE")
+    if cfg.search_dir and not os.path.isdir(cfg.search_dir):
+        raise UserError(f"--search_dir={cfg.search_dir} is not a folder")
+    if cfg.eval_dir:
+        report(cfg.eval_dir, *draw_eval(cfg.eval_dir, cfg.search_dir))
+    if cfg.passkey_dir:
+        if not os.path.exists(os.path.join(cfg.passkey_dir, "passkey.csv")):
+            raise UserError(f"{cfg.passkey_dir}/passkey.csv does not exist; run passkey.py first")
+        report(cfg.passkey_dir, draw_passkey(cfg.passkey_dir, *read_passkey(cfg.passkey_dir)), [])
+    if cfg.screen:
+        if not os.path.exists(cfg.screen):
+            raise UserError(f"{cfg.screen} does not exist; run sweep.py --screen first")
+        report(os.path.dirname(cfg.screen), *draw_screen(cfg.screen))
+
+
+if __name__ == "__main__":
+    run_main(main)
