@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 import time
 import typing
@@ -269,6 +270,48 @@ def write_csv(path, rows, header):
 def read_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+# -----------------------------------------------------------------------------
+# Stages: a script run once and skipped afterwards (reproduce.py, sweep.py)
+
+class Stages:
+    """Runs `python cmd...` per stage unless it finished before with the same command and its
+    outputs exist. Once one stage runs, every later stage runs too (its inputs changed)."""
+
+    def __init__(self, out_dir, force):
+        self.dir, self.rerun, self.seconds = os.path.join(out_dir, "stages"), force, {}
+
+    def run(self, name, cmd, outputs, before=None):
+        stamp = os.path.join(self.dir, f"{name}.json")
+        done = read_json(stamp) if os.path.exists(stamp) else None
+        same = [c for c in cmd if c not in ("--resume", "--overwrite")]  # how a run starts is not what it is
+        if (not self.rerun and done and done["cmd"] == same and done.get("protocol") == PROTOCOL
+                and all(os.path.exists(p) for p in outputs)):
+            print(f"[{name}] done before, skipped ({format_seconds(done['seconds'])})")
+            self.seconds[name] = done["seconds"]
+            return
+        self.rerun = True
+        if before:
+            cmd = before(done, cmd)
+        print(f"[{name}] python {' '.join(cmd)}", flush=True)
+        t0 = time.time()
+        proc = subprocess.run([sys.executable, *cmd], cwd=ROOT)
+        if proc.returncode != 0:
+            raise UserError(f"stage {name!r} failed (exit {proc.returncode}); fix the cause and rerun: "
+                            "finished stages are kept")
+        self.seconds[name] = round(time.time() - t0, 1)
+        write_json(stamp, {"cmd": same, "protocol": PROTOCOL, "seconds": self.seconds[name]})
+
+
+def resume_or_restart(run_dir, force=False):
+    """A Stages `before` hook for a train.py stage: an interrupted run of the same command
+    continues (--resume); a finished run of another command starts over (--overwrite)."""
+    def before(done, cmd):
+        if not os.path.exists(os.path.join(run_dir, "ckpt.pt")):
+            return cmd
+        return cmd + (["--resume"] if done is None and not force else ["--overwrite"])
+    return before
 
 
 # -----------------------------------------------------------------------------

@@ -136,6 +136,52 @@ def check_run(run):
     return f
 
 
+def headline(run):
+    """The study in a few sentences, each with its numbers: report.md opens with them."""
+    ev = os.path.join(run, "eval")
+    results = read_json(os.path.join(ev, "results.json"))
+    methods, L = results["methods"], results["train_len"]
+    if not {"nope", "rope"} <= set(methods):
+        return []
+    at = lambda m, n: loss_at(results, m, n) if n in methods[m]["lengths"] else None  # noqa: E731
+    nope_L, rope_L = at("nope", L), at("rope", L)
+    out = [f"At the training length L = {L} tokens, NoPE's loss is {nope_L:.3f} nats per token against RoPE's "
+           f"{rope_L:.3f} ({nope_L / rope_L - 1:+.1%})."]
+    ex, ex_rope = excess(results, "nope"), excess(results, "rope")
+    past = [n for n in sorted(ex) if n > L]
+    if past:
+        out.append("Past L the long context costs NoPE " + " / ".join(f"{ex[n]:+.2f}" for n in past) + " nats at "
+                   + " / ".join(f"{n / L:g}L" for n in past) + " against the same model reading only its last L "
+                   "positions (RoPE: " + " / ".join(f"{ex_rope[n]:+.2f}" for n in past if n in ex_rope) + ").")
+    pos, ent_path = read_json(os.path.join(ev, "positions.json")), os.path.join(ev, "entropy.json")
+    if "nope" in pos and os.path.exists(ent_path) and "nope" in read_json(ent_path):
+        on = onset(pos["nope"]["positions"], pos["nope"]["loss"], L, DELTA)
+        eo = entropy_onset(read_json(ent_path)["nope"], L)
+        where = lambda x: f"at {x / L:.2f}L" if np.isfinite(x) else "nowhere"  # noqa: E731
+        out.append(f"NoPE's mean attention entropy leaves the trend it follows up to L {where(eo)}, its loss "
+                   f"rises above its level at L {where(on)}.")
+    uni_path = os.path.join(run, "scales", "uniform.json")
+    if os.path.exists(uni_path):
+        uni = read_json(uni_path)
+        best = {k: v["best_lam"] for k, v in uni["lengths"].items()}
+        out.append("The best uniform λ (one for every head) is " + " / ".join(f"{v:.2f}" for v in best.values())
+                   + " at " + " / ".join(best) + f"; fitting the best λ per position to 1 + a ln(i/L) gives "
+                   f"a = {uni['fit']['a']:.2f}, R² = {uni['fit']['r2']:.2f}.")
+    m, n4 = measures(results), 4 * L
+    if "recovered_nope_headscale_4L" in m:
+        cost = at("nope_headscale_4L", L) - nope_L
+        text = (f"At 4L, HeadScale (one λ per head) takes back {m['recovered_nope_headscale_4L']:.0%} of that cost and "
+                f"the best uniform λ {m.get('recovered_nope_uniform_4L', float('nan')):.0%}; HeadScale costs "
+                f"{cost:+.2f} nats at L")
+        rope_rows = [(excess(results, r).get(n4), r) for r in methods if r.startswith("rope_") and "window" not in r]
+        rope_rows = [x for x in rope_rows if x[0] is not None]
+        if rope_rows:
+            e, r = min(rope_rows)
+            text += f"; the RoPE extension closest to its reference at 4L, {r}, keeps {e:+.2f}"
+        out.append(text + ".")
+    return out
+
+
 @dataclass
 class FindingsConfig:
     name: str = ""                      # recipe name for the table ('' = the first folder's name)

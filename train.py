@@ -274,7 +274,9 @@ def main():
                 "pos_encoding": cfg.pos_encoding, "dataset": cfg.dataset, "train_len": raw_model.config.block_size,
                 "seq_len": cfg.block_size, "bos": cfg.bos, "init_from": cfg.init_from,
                 "params": raw_model.get_num_params(), "steps": iter_num, "tokens": iter_num * tokens_per_iter,
-                "final_val_loss": log_rows[-1][2], "best_val_loss": best_val, "wall_seconds": round(wall, 1),
+                "final_val_loss": log_rows[-1][2], "best_val_loss": best_val,
+                # bits per byte of the same windows: compares runs with different tokenizers
+                "final_val_bpb": round(ds.bits_per_byte(log_rows[-1][2], val_windows), 5), "wall_seconds": round(wall, 1),
                 "device": device, "dtype": dtype, "processes": world, "seed": cfg.seed})
         print(f"done: {iter_num} steps, val loss {log_rows[-1][2] if log_rows else float('nan'):.4f}, "
               f"wall {format_seconds(wall)}")

@@ -1,6 +1,7 @@
 """findings.py's criteria on small hand-made study folders: what passes, what fails, ties."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -29,6 +30,17 @@ def study(tmp_path, best=(1.1, 1.2, 1.3), losses=None, a=0.3, r2=0.95):
     uni = {"lengths": {k: {"best_lam": v} for k, v in zip(("2L", "4L", "8L"), best)}, "fit": {"a": a, "r2": r2}}
     (tmp_path / "scales" / "uniform.json").write_text(json.dumps(uni))
     return str(tmp_path)
+
+
+def with_kinds(run):
+    """Add what evaluate.py records and reference_of reads to the study's rows; returns them."""
+    path = os.path.join(run, "eval", "results.json")
+    res = json.loads(open(path).read())
+    for name, m in res["methods"].items():
+        m |= {"pos_encoding": name[:4], "bos": True, "context": 100 if name.endswith("window_L") else None,
+              "scales": 1.2 if "uniform" in name or "headscale" in name else None}
+    open(path, "w").write(json.dumps(res))
+    return res
 
 
 def test_a_study_that_shows_the_paper_passes_every_finding(tmp_path):
@@ -61,12 +73,7 @@ def test_ties_and_misses_fail(tmp_path):
 
 
 def test_rise_and_recovered_share_use_the_reference_row_at_4L(tmp_path):
-    study(tmp_path)
-    res = json.loads((tmp_path / "eval" / "results.json").read_text())
-    for name, m in res["methods"].items():  # what evaluate.py records and reference_of reads
-        m |= {"pos_encoding": name[:4], "bos": True, "context": 100 if name.endswith("window_L") else None,
-              "scales": 1.2 if "uniform" in name or "headscale" in name else None}
-    m = measures(res)
+    m = measures(with_kinds(study(tmp_path)))
     assert m["rise_4L"] == pytest.approx(0.6)                        # 2.6 - 2.0
     assert m["recovered_nope_uniform_4L"] == pytest.approx(0.2 / 0.6)  # (2.6 - 2.4) / (2.6 - 2.0)
     assert m["recovered_nope_headscale_4L"] == pytest.approx(0.5)
@@ -88,3 +95,16 @@ def test_each_row_is_compared_with_a_model_of_its_own_kind():
                     "nope_window_L": None, "rope_window_L": None, "nope_notoken_window_L": None}
     assert excess(res, "nope_headscale_4L") == pytest.approx({100: 0.1, 200: 0.1})
     assert excess(res, "nope_window_L") == {}
+
+
+def test_headline_sentences_carry_the_study_numbers(tmp_path):
+    from findings import headline
+    run = study(tmp_path)
+    with_kinds(run)
+    (tmp_path / "scales" / "uniform.json").write_text(json.dumps(
+        {"lengths": {"2L": {"best_lam": 1.1}, "4L": {"best_lam": 1.2}}, "fit": {"a": 0.3, "r2": 0.95}}))
+    lines = headline(run)
+    assert lines[0] == "At the training length L = 100 tokens, NoPE's loss is 2.000 nats per token against RoPE's 1.950 (+2.6%)."
+    assert "+0.20 / +0.60 nats at 2L / 4L" in lines[1]  # nope minus nope_window_L, on the same windows
+    assert "1.10 / 1.20 at 2L / 4L" in lines[3] and "a = 0.30, R² = 0.95" in lines[3]
+    assert "takes back 50% of that cost and the best uniform λ 33%; HeadScale costs +0.03 nats at L" in lines[4]
