@@ -7,7 +7,8 @@ The paper's study in one command, at laptop scale:
 
 Stages, each a run of the project's own scripts, each skipped when its outputs exist for the
 same settings (rerun after an interruption and nothing finished is lost; --force redoes all):
-  1. prepare the data (the built-in Python standard library corpus needs no download)
+  1. prepare the data (the built-in Python standard library corpus needs no download; the
+     default preset reads it through a 2048-token BPE vocabulary learned on it)
   2. train the NoPE model and its RoPE twin, both with the start token, and NoPE without it
      (nope_notoken: the paper's bare windows, to show what the token does)     (train.py)
   3. grid-search the uniform lambda at 2L, 4L, 8L; fit HeadScale at 2L and 4L,
@@ -31,20 +32,22 @@ finished before the protocol changed is rerun, not reported as new.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
-from common import (PROTOCOL, ROOT, UserError, format_seconds, load_preset, parse_config, read_json, run_main,
-                    write_json)
+from common import (ROOT, Stages, UserError, format_seconds, load_preset, parse_config, read_json, resume_or_restart,
+                    run_main)
 from data import Dataset, dataset_dir
 
 
 @dataclass
 class StudyConfig:
-    dataset: str = "pystdlib"           # a prepared dataset (pystdlib is prepared automatically)
+    dataset: str = ""                   # a prepared dataset ('' = the preset's; pystdlib and pystdlib_bpeN
+                                        # are prepared automatically)
     out_dir: str = "out/study"          # everything goes here
     preset: str = "cpu"                 # config/NAME.py: cpu | gpu | tiny
     force: bool = False                 # redo every stage even if its outputs exist
@@ -57,6 +60,8 @@ class StudyConfig:
     batch_size: int = 0                 # training batch
     learning_rate: float = 0.0          # peak learning rate
     seed: int = 0                       # training seed (0 = the preset's)
+    train_args: list[str] = field(default_factory=list)  # more train.py settings for the three models,
+                                        # KEY=VALUE,... (e.g. beta2=0.95,weight_decay=0)
     # the study
     grid_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0])   # UniformScale targets (units of L)
     fit_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0])         # HeadScale targets
@@ -82,35 +87,6 @@ class StudyConfig:
                                         # --logscale only (from the grid's best lambda there)
 
 
-class Stages:
-    """Runs `python cmd...` per stage unless it finished before with the same command and its
-    outputs exist. Once one stage runs, every later stage runs too (its inputs changed)."""
-
-    def __init__(self, out_dir, force):
-        self.dir, self.rerun, self.seconds = os.path.join(out_dir, "stages"), force, {}
-
-    def run(self, name, cmd, outputs, before=None):
-        stamp = os.path.join(self.dir, f"{name}.json")
-        done = read_json(stamp) if os.path.exists(stamp) else None
-        same = [c for c in cmd if c not in ("--resume", "--overwrite")]  # how a run starts is not what it is
-        if (not self.rerun and done and done["cmd"] == same and done.get("protocol") == PROTOCOL
-                and all(os.path.exists(p) for p in outputs)):
-            print(f"[{name}] done before, skipped ({format_seconds(done['seconds'])})")
-            self.seconds[name] = done["seconds"]
-            return
-        self.rerun = True
-        if before:
-            cmd = before(done, cmd)
-        print(f"[{name}] python {' '.join(cmd)}", flush=True)
-        t0 = time.time()
-        proc = subprocess.run([sys.executable, *cmd], cwd=ROOT)
-        if proc.returncode != 0:
-            raise UserError(f"stage {name!r} failed (exit {proc.returncode}); fix the cause and rerun: "
-                            "finished stages are kept")
-        self.seconds[name] = round(time.time() - t0, 1)
-        write_json(stamp, {"cmd": same, "protocol": PROTOCOL, "seconds": self.seconds[name]})
-
-
 def main():
     # the preset's own `reproduce` section applies too (a later --preset=NAME replaces this one)
     cfg = parse_config(StudyConfig, [f"--preset={StudyConfig.preset}", *sys.argv[1:]], section="reproduce",
@@ -130,11 +106,13 @@ def main():
     stages = Stages(out, cfg.force)
 
     # 1. data (the built-in corpus is prepared again if it was prepared before the start token)
+    cfg.dataset = cfg.dataset or load_preset(cfg.preset, "train").get("dataset", "pystdlib")
     meta = dataset_dir(cfg.dataset) / "meta.json"
     if not meta.exists() or "bos_id" not in read_json(meta):
-        prep = ROOT / "data" / cfg.dataset / "prepare.py"
-        if cfg.dataset in ("pystdlib",) and prep.exists():
-            subprocess.run([sys.executable, str(prep)], cwd=ROOT, check=True)
+        builtin = re.fullmatch(r"pystdlib(?:_bpe(\d+))?", cfg.dataset)  # the built-in corpus, char or BPE
+        if builtin:
+            bpe = ["--tokenizer=bpe", f"--vocab_size={builtin.group(1)}"] if builtin.group(1) else []
+            subprocess.run([sys.executable, str(ROOT / "data" / "pystdlib" / "prepare.py"), *bpe], cwd=ROOT, check=True)
         else:
             Dataset(cfg.dataset, bos=True)  # not prepared, or before the start token: raises, saying what to do
 
@@ -142,19 +120,17 @@ def main():
     overrides = [f"--{k}={getattr(cfg, k)}" for k in
                  ("block_size", "max_iters", "n_layer", "n_head", "n_embd", "batch_size", "learning_rate", "seed")
                  if getattr(cfg, k)]
+    for a in cfg.train_args:
+        if "=" not in a or a.startswith("-"):
+            raise UserError(f"--train_args takes KEY=VALUE pairs of train.py settings, got {a!r}")
+        overrides.append(f"--{a}")  # train.py checks the keys and values
     runs = [("nope", "nope", True), ("rope", "rope", True)] + ([("nope_notoken", "nope", False)] if cfg.notoken else [])
     for run, pe, bos in runs:
         run_dir = os.path.join(out, run)
-
-        def continue_or_restart(done, cmd, run_dir=run_dir):
-            if not os.path.exists(os.path.join(run_dir, "ckpt.pt")):
-                return cmd
-            # an interrupted run of the same command continues; otherwise start over
-            return cmd + (["--resume"] if done is None and not cfg.force else ["--overwrite"])
         stages.run(f"train_{run}", ["train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}",
                                     f"--pos_encoding={pe}", f"--bos={str(bos).lower()}", f"--out_dir={run_dir}",
                                     *overrides],
-                   [os.path.join(run_dir, "summary.json")], continue_or_restart)
+                   [os.path.join(run_dir, "summary.json")], resume_or_restart(run_dir, cfg.force))
     nope_ckpt = os.path.join(out, "nope", "ckpt.pt")
     L = read_json(os.path.join(out, "nope", "summary.json"))["train_len"]
 
@@ -229,7 +205,7 @@ def main():
     if cfg.notoken:
         window_methods += f",nope_notoken_window_L={os.path.join(out, 'nope_notoken', 'ckpt.pt')}"
     stages.run("evaluate_window", ["evaluate.py", f"--ckpts={window_methods}", f"--context={L}", "--samples=false",
-                                   *eval_common, f"--search_dir={scales}"], [os.path.join(ev, "results.json")])
+                                   "--plots=false", *eval_common], [os.path.join(ev, "results.json")])
 
     # 5. passkey retrieval. The models learn the skill by fine-tuning on text mixed with passkey
     # examples at L; then, as in the paper, the NoPE remedies are fitted on the LM loss alone
@@ -287,9 +263,10 @@ def main():
                        f"nope_headscale_log_{lg}={os.path.join(scales, f'headlog_{lg}.pt')}"]
         log_methods += [f"nope_headscale_{name_of(k)}={os.path.join(scales, f'head_{name_of(k)}.pt')}" for k in more]
         stages.run("evaluate_logscale", ["evaluate.py", f"--ckpts={','.join(log_methods)}", "--samples=false",
-                                         *eval_common, f"--search_dir={scales}"], [os.path.join(ev, "results.json")])
+                                         "--plots=false", *eval_common], [os.path.join(ev, "results.json")])
 
-    # 6. the report
+    # 6. the figures, drawn from the saved files (cheap: always redrawn), and the report
+    subprocess.run([sys.executable, "plot.py", f"--study={out}"], cwd=ROOT, check=True)
     write_report(cfg, out, L, stages.seconds, time.time() - t_start)
 
 
@@ -305,7 +282,10 @@ def write_report(cfg, out, L, times, wall):
           if pe != "nope_notoken" or cfg.notoken}
     notoken = (f"; NoPE without the start token: {tr['nope_notoken']['final_val_loss']:.4f}"
                if "nope_notoken" in tr else "")
+    import findings  # the headline sentences, computed from the study's files
     lines = [f"# nanoNoPE study: {cfg.dataset}, preset {cfg.preset}, L = {L}", "",
+             *[f"- {s}" for s in findings.headline(out)], "",
+             "![where NoPE breaks, why, and how far each remedy carries it](eval/hero.png)", "",
              f"Validation loss at L (train.py's monitor): NoPE {tr['nope']['final_val_loss']:.4f} nats/token, "
              f"RoPE {tr['rope']['final_val_loss']:.4f}{notoken} ({tr['nope']['params'] / 1e6:.2f}M parameters, "
              f"{tr['nope']['steps']} steps, {tr['nope']['wall_seconds']:.0f}s and {tr['rope']['wall_seconds']:.0f}s). "

@@ -128,10 +128,12 @@ def test_evaluate_tables_plots_and_merging(trained, tmp_path):
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 2 * 3 and {r["protocol"] for r in rows} == {"mean", "tail"}
-    for png in ("loss_vs_length.png", "position_loss.png", "entropy.png"):
-        (out / png).unlink()
-    run_script("evaluate.py", f"--out_dir={out}", "--plot_only")  # plots come from the files alone
-    assert (out / "loss_vs_length.png").stat().st_size > 10_000 and (out / "entropy.png").exists()
+    for png in ("hero.png", "position_loss.png", "entropy.png"):  # (hero.png: nope and nope_window_L only)
+        assert png == "hero.png" or (out / png).exists()
+        (out / png).unlink(missing_ok=True)
+    proc = run_script("evaluate.py", f"--out_dir={out}", "--plot_only")  # plots come from the files alone
+    assert (out / "position_loss.png").stat().st_size > 10_000 and (out / "entropy.png").exists()
+    assert "skipped hero.png (no rope)" in proc.stdout
     # a different protocol cannot be merged into the same table
     proc = run_script("evaluate.py", f"--ckpts=x={trained}", f"--out_dir={out}", "--windows=5", check=False)
     assert proc.returncode == 2 and "other settings" in proc.stderr
@@ -269,16 +271,15 @@ def test_sample_starts_with_the_token_and_takes_scales(trained, tmp_path, monkey
 
 def test_a_stage_stamped_with_another_protocol_runs_again(tmp_path):
     import common
-    import reproduce
-    stages = reproduce.Stages(str(tmp_path), force=False)
+    stages = common.Stages(str(tmp_path), force=False)
     marker = tmp_path / "ran"
     cmd = ["-c", f"open({str(marker)!r}, 'a').write('x')"]
     stages.run("s", cmd, [str(marker)])
-    reproduce.Stages(str(tmp_path), force=False).run("s", cmd, [str(marker)])
+    common.Stages(str(tmp_path), force=False).run("s", cmd, [str(marker)])
     assert marker.read_text() == "x"  # the same command and protocol: skipped
     stamp = tmp_path / "stages" / "s.json"
     stamp.write_text(json.dumps(json.loads(stamp.read_text()) | {"protocol": common.PROTOCOL - 1}))
-    reproduce.Stages(str(tmp_path), force=False).run("s", cmd, [str(marker)])
+    common.Stages(str(tmp_path), force=False).run("s", cmd, [str(marker)])
     assert marker.read_text() == "xx"  # measured under another protocol: run again
 
 
@@ -293,3 +294,15 @@ def test_evaluate_and_passkey_on_another_dataset_say_so_in_one_line(trained, tmp
                           *extra, check=False)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "token ids, the checkpoint" in proc.stderr or "other text" in proc.stderr
+
+
+def test_sweep_screen_trains_both_models_per_seed_and_tabulates_them(tmp_path):
+    run_script("data/pystdlib/prepare.py")  # the tiny recipe reads the built-in corpus
+    out = tmp_path / "sweep"
+    run_script("sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}")
+    rows = json.loads((out / "screen.json").read_text())["rows"]
+    assert {(r["seed"], r["pos_encoding"]) for r in rows} == {(1, "nope"), (1, "rope"), (2, "nope"), (2, "rope")}
+    assert all(r["final_val_bpb"] > 0 for r in rows)
+    assert "| tiny | pystdlib |" in (out / "screen.md").read_text()
+    again = run_script("sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}")
+    assert again.stdout.count("done before, skipped") == 4
