@@ -27,7 +27,8 @@ from common import UserError, parse_config, read_json, run_main
 BLUE, SKY, VERMILLION, ORANGE, GREEN, PURPLE, YELLOW, BLACK = (
     "#0072B2", "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#CC79A7", "#F0E442", "#000000")
 OLIVE = "#8F7F00"  # the length-following rows: a darker yellow, readable on white
-SMOOTH = 8         # the moving average of per-position curves, in units of L/SMOOTH positions
+SMOOTH = 4         # per-position curves: a moving average over L/SMOOTH positions (the paper: 100 at
+                   # L = 2048 over far more text; our 64 windows a length need a wider one)
 
 
 def shade(color, k):
@@ -124,8 +125,8 @@ def best_rope_extension(results, n):
 def mark_L(ax, L, text=True, scale=1):
     ax.axvline(L * scale, color="gray", ls="--", lw=0.8, zorder=0)
     if text:
-        ax.annotate("L (trained)", (L * scale, 1), xycoords=("data", "axes fraction"), xytext=(2, -2),
-                    textcoords="offset points", va="top", fontsize=8, color="gray")
+        ax.annotate("L (trained)", (L * scale, 0), xycoords=("data", "axes fraction"), xytext=(2, 2),
+                    textcoords="offset points", va="bottom", fontsize=8, color="gray")  # below the legends
 
 
 def length_axis(ax, L, lengths):
@@ -210,7 +211,7 @@ def hero(F, results, pos, ent):
     mark_L(ax, L)
     ax.set_xlabel("position i in the window (tokens)")
     ax.set_ylabel("loss at position i (nats per token)")
-    ax.set_title("(a) Past L, NoPE's loss blows up")
+    ax.set_title("(a) Past L, NoPE's loss rises above its own last-L reading")
     ax.legend(loc="upper left", frameon=False)
     ax.text(0.99, 0.02, f"moving average over {width} positions (L/{SMOOTH})", transform=ax.transAxes,
             ha="right", va="bottom", fontsize=7, color="gray")
@@ -219,6 +220,7 @@ def hero(F, results, pos, ent):
     rows = [r for r in ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headscale_log_4L") if r in ent]
     if "nope" in ent:
         trend = entropy_trend(ent["nope"]["positions"], np.mean(ent["nope"]["entropy_bits"], (0, 1)), L)
+        nb = L
         for name in rows:
             e = ent[name]
             per_pos = np.asarray(e.get("layer_bits_per_position", [])).mean(0) if e.get(
@@ -230,15 +232,16 @@ def hero(F, results, pos, ent):
                 x, y = np.asarray(e["positions"]), np.mean(e["entropy_bits"], (0, 1))
             keep = x >= L / 4
             line(ax, x[keep], y[keep] - trend(x[keep]), name, lw=1.3, markevery=[])
+            nb = max(nb, int(x[-1]))
         ax.axhline(0, color="gray", lw=0.8)
-        position_axis(ax, L, len(per_pos) if per_pos is not None else int(x[-1]))
+        position_axis(ax, L, nb)
         mark_L(ax, L)
         ax.legend(loc="upper left", frameon=False)
     else:
         ax.text(0.5, 0.5, "no entropy.json for nope", ha="center", transform=ax.transAxes)
     ax.set_xlabel("query position i (tokens)")
     ax.set_ylabel("mean attention entropy minus NoPE's trend (bits)")
-    ax.set_title("(b) Why: its attention spreads (entropy)")
+    ax.set_title("(b) Why: past L its attention spreads (entropy)")
     ax.text(0.99, 0.02, "trend: a + b·log₂ i fitted to NoPE on L/4..L", transform=ax.transAxes, ha="right",
             va="bottom", fontsize=7, color="gray")
     # (c) each remedy's excess over the same model reading only its last L positions
@@ -256,7 +259,7 @@ def hero(F, results, pos, ent):
     length_axis(ax, L, lengths)
     ax.set_xlabel("evaluation length n")
     ax.set_ylabel("loss minus reference's (nats per token)")
-    ax.set_title("(c) What the long context costs each method")
+    ax.set_title("(c) What the long context costs each method (0: nothing)")
     ax.legend(loc="upper left", frameon=False)
     fig.tight_layout()
     F.save(fig, "hero.png")
@@ -281,8 +284,8 @@ def families(F, results):
     lengths = sorted({n for m in methods.values() for n in m["lengths"]})
     for fn, (title, member) in FAMILIES.items():
         rows = [n for n in methods if member(n)]
-        if len(rows) < 2:
-            F.skip(fn, "fewer than two of its rows")
+        if len(rows) < 2 or fn == "loss_length_following.png" and not any("log" in n for n in rows):
+            F.skip(fn, "fewer than two of its rows" if len(rows) < 2 else "no length-following rows (--logscale)")
             continue
         fig, axes = F.plt.subplots(1, 2, figsize=(11, 4))
         refs = {ref for n in rows for ref in [_reference(results, n)] if ref}
@@ -300,7 +303,9 @@ def families(F, results):
             ax.set_ylabel(ylabel)
         axes[0].set_title("mean loss over all positions")
         axes[1].set_title("what the long context costs (0: no cost)")
-        axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+        handles = dict(zip(*reversed(axes[0].get_legend_handles_labels())))  # label -> line, both panels
+        handles.update(zip(*reversed(axes[1].get_legend_handles_labels())))
+        axes[1].legend(handles.values(), handles.keys(), loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
         fig.suptitle(title)
         fig.tight_layout()
         F.save(fig, fn)
@@ -330,7 +335,8 @@ def position_loss(F, results, pos):
     mark_L(ax, L)
     ax.set_xlabel("position i in the window (tokens)")
     ax.set_ylabel("loss at position i (nats per token)")
-    ax.set_title(f"Per-position loss, moving average over {width} positions (L/{SMOOTH})")
+    ax.set_title(f"Past L the loss rises for every model reading the whole window, not for the dotted ones "
+                 f"reading their last L\n(per-position loss, moving average over {width} positions = L/{SMOOTH})")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     fig.tight_layout()
     F.save(fig, "position_loss.png")
@@ -524,7 +530,7 @@ def read_passkey(out_dir):
 
 def draw_screen(path):
     """NoPE/RoPE at L against training tokens (log axis), one line per recipe family
-    (recipes NAME, NAME_x2, NAME_x4 ... differ only in their tokens), every seed a point."""
+    (recipes NAME, NAME_x0.5, NAME_x2 ... differ only in their tokens), every seed a point."""
     rows = read_json(path)["rows"]
     F = Figures(os.path.dirname(os.path.abspath(path)))
     pairs = {}
@@ -533,7 +539,7 @@ def draw_screen(path):
     fam = {}
     for (recipe, seed), p in pairs.items():
         if {"nope", "rope"} <= set(p):
-            base = re.sub(r"_x\d+$", "", recipe)
+            base = re.sub(r"_x[\d.]+$", "", recipe)
             fam.setdefault(base, []).append((p["nope"]["tokens"], p["nope"]["final_val_loss"] /
                                              p["rope"]["final_val_loss"] - 1, p["nope"]["final_val_bpb"],
                                              p["rope"]["final_val_bpb"]))
