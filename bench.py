@@ -43,7 +43,8 @@ class BenchConfig:
     grid_windows: int = 64              # windows in one uniform-grid point (search_scales default)
     fit_batch: int = 4                  # sequences per HeadScale fit step (search_scales default)
     matmul_size: int = 0                # side of the square matmul (0 = 2048 on CPU, 8192 on CUDA)
-    vocab_size: int = 97                # vocabulary (the built-in corpus has 97 symbols)
+    vocab_size: int = 2049              # vocabulary: the cpu preset's BPE, 2048 ids and the start token
+                                        # (the character-level corpus has 97 symbols and the token)
     out_dir: str = "out/bench"          # writes bench.json here
     device: str = "auto"                # auto | cpu | cuda | mps
     dtype: str = "auto"                 # auto | float32 | bfloat16

@@ -5,9 +5,9 @@ Choosing a laptop recipe, in two steps.
    twin trained identically (train.py), then their validation loss at L on train.py's fixed
    monitor windows (256 windows of L positions, seed 1234: the same text whatever the training
    seed or batch size), NoPE/RoPE, bits per byte (to compare tokenizers) and wall time.
-   About 6 minutes a recipe and seed at the cpu preset's budget.
+   About 10 minutes a recipe and seed at the cpu preset's budget (two models of ~5 minutes).
 
-    python sweep.py --screen --recipes=cpu,bpe1024 --seeds=1337,1338     # -> out/sweep/screen.md
+    python sweep.py --screen --recipes=char,bpe1024,bpe2048 --seeds=1337,1338     # -> out/sweep/screen.md
 
 2. The study (the default): one `python reproduce.py` per recipe and seed, and which of the
    paper's findings hold in every seed (findings.py), with the numbers and the wall time.
@@ -38,16 +38,19 @@ def bpe(n, **kw):
 # recipe -> (preset, train.py settings on top of it). The screen passes them to train.py; a
 # study passes the dataset to reproduce.py as --dataset and the rest as --train_args.
 RECIPES = {
-    "cpu": ("cpu", {}),                                    # the CPU preset as it is
+    "cpu": ("cpu", {}),                                    # the CPU preset as it is (BPE, 2048 ids)
     "cpu_long": ("cpu_long", {}),                          # its long version
+    "cpu_char": ("cpu_char", {}),                          # the character-level preset
     "tiny": ("tiny", {}),                                  # seconds: for trying the sweep out
-    # the levers, each against the cpu preset (character level, 800 x 32 x 128 tokens)
+    # the tokenizer, at the cpu preset's budget (800 x 32 x 128 tokens)
     "char": ("cpu", {"dataset": CHAR}),                    # character level (97 symbols and the start token)
     "bpe512": ("cpu", bpe(512)),                           # a BPE vocabulary learned on the corpus, N ids
     "bpe1024": ("cpu", bpe(1024)),
-    "bpe2048": ("cpu", bpe(2048)),
+    "bpe2048": ("cpu", bpe(2048)),                         # = the cpu preset
     "bpe4096": ("cpu", bpe(4096)),
     # levers on the 2048-token vocabulary
+    "bpe2048_x0.25": ("cpu", bpe(2048, batch_size=8)),                    # a quarter of the tokens: the same
+    "bpe2048_x0.5": ("cpu", bpe(2048, batch_size=16)),                    # steps and schedule, a smaller batch
     "bpe2048_x2": ("cpu", bpe(2048, batch_size=64)),                      # twice the tokens, and so on
     "bpe2048_x4": ("cpu", bpe(2048, batch_size=64, max_iters=1600)),
     "bpe2048_x8": ("cpu", bpe(2048, batch_size=64, max_iters=3200)),
@@ -62,13 +65,15 @@ RECIPES = {
     "bpe2048_h8": ("cpu", bpe(2048, n_head=8)),                            # head size 16
     "bpe2048_L64": ("cpu", bpe(2048, block_size=64, batch_size=64)),      # the same tokens, shorter L
     "bpe2048_L256": ("cpu", bpe(2048, block_size=256, batch_size=16)),
-    "lr1e-3": ("cpu", {"learning_rate": 1e-3, "min_lr": 1e-4}),
-    "lr3e-3": ("cpu", {"learning_rate": 3e-3, "min_lr": 3e-4}),
-    "L64": ("cpu", {"block_size": 64, "batch_size": 64}),  # same tokens per step, shorter L
-    "L256": ("cpu", {"block_size": 256, "batch_size": 16}),
-    "deep6": ("cpu", {"n_layer": 6}),
-    "wide192": ("cpu", {"n_embd": 192, "n_head": 6}),
-    "shakespeare": ("cpu", {"dataset": "shakespeare_char"}),  # needs data/shakespeare_char prepared
+    # levers at character level (the cpu_char preset)
+    "char_x2": ("cpu_char", {"batch_size": 64}),
+    "lr1e-3": ("cpu_char", {"learning_rate": 1e-3, "min_lr": 1e-4}),
+    "lr3e-3": ("cpu_char", {"learning_rate": 3e-3, "min_lr": 3e-4}),
+    "L64": ("cpu_char", {"block_size": 64, "batch_size": 64}),  # same tokens per step, shorter L
+    "L256": ("cpu_char", {"block_size": 256, "batch_size": 16}),
+    "deep6": ("cpu_char", {"n_layer": 6}),
+    "wide192": ("cpu_char", {"n_embd": 192, "n_head": 6}),
+    "shakespeare": ("cpu_char", {"dataset": "shakespeare_char"}),  # needs data/shakespeare_char prepared
 }
 
 

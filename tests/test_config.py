@@ -1,6 +1,7 @@
 """--key=value parsing against a dataclass, presets, -h."""
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +65,13 @@ def test_help_lists_every_option_with_its_comment(capsys):
 
 
 def test_shipped_presets_fit_the_scripts():
+    from evaluate import EvalConfig
+    from reproduce import StudyConfig
+    from search_scales import SearchConfig
     from train import TrainConfig
-    for name in ("cpu", "cpu_long", "gpu", "tiny"):
-        parse_config(TrainConfig, [f"--preset={name}"], section="train")
+    names = sorted(p.stem for p in (Path(__file__).parent.parent / "config").glob("*.py"))
+    assert {"cpu", "cpu_char", "cpu_long", "gpu", "tiny"} <= set(names)
+    for name in names:  # every section of every preset is checked against its script's settings
+        for cls, section in ((TrainConfig, "train"), (StudyConfig, "reproduce"), (SearchConfig, "search_scales"),
+                             (EvalConfig, "evaluate")):
+            parse_config(cls, [f"--preset={name}"], section=section)
