@@ -18,7 +18,8 @@ same settings (rerun after an interruption and nothing finished is lost; --force
      of steps and sequences (train.py --init_from)
   4. evaluate every variant at L..16L, plus each model reading only its last L positions
      (evaluate.py; a row's excess over that reference is what the long context costs it)
-  5. passkey retrieval: both models fine-tuned on text mixed with passkey examples at L, the
+  5. passkey retrieval (presets cpu_long and cpu_char, or --passkey=true; the cpu preset leaves it
+     out to save ~10 minutes): both models fine-tuned on text mixed with passkey examples at L, the
      uniform lambda, HeadScale and its ablations fitted on that NoPE at 4L, accuracy over
      length x depth for each (train.py --passkey_frac, search_scales.py, passkey.py)
   5b. with --logscale: lambda that follows the position, lam_h(i) = head_scale_h (1 + a_h ln(max(i, L) / L)):
@@ -74,7 +75,7 @@ class StudyConfig:
     finetune_length: float = 4.0        # fine-tuned PI and YaRN: trained at this length (units of L)
     finetune_lr: float = 2e-4           # their learning rate (all weights; steps and sequences as HeadScale)
     # passkey retrieval (stage 5): both models fine-tuned on text + passkey examples, then the remedies
-    passkey: bool = True                # run the passkey stage
+    passkey: bool = True                # run the passkey stage (the cpu preset sets it false)
     passkey_steps: int = 600            # fine-tuning steps, batch 32 at L
     passkey_frac: float = 0.5           # share of each batch that is passkey examples
     passkey_lr: float = 1e-3            # their peak learning rate
