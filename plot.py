@@ -561,7 +561,7 @@ def draw_screen(path):
     axes[0].annotate("finding 1: within 5%", (1, 5), xycoords=("axes fraction", "data"), ha="right", va="bottom",
                      fontsize=8, color="gray")
     axes[0].set_ylabel("NoPE's loss above RoPE's at L (%)")
-    axes[0].set_title("The in-distribution gap shrinks with training tokens")
+    axes[0].set_title("NoPE's gap to RoPE at L against training tokens (dots: seeds)")
     axes[1].set_ylabel("validation loss at L (bits per byte)")
     axes[1].set_title("Both models, in bits per byte (compares tokenizers)")
     for ax in axes:
