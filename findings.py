@@ -154,9 +154,10 @@ def headline(run):
                    + " / ".join(f"{n / L:g}L" for n in past) + " against the same model reading only its last L "
                    "positions (RoPE: " + " / ".join(f"{ex_rope[n]:+.2f}" for n in past if n in ex_rope) + ").")
     pos, ent_path = read_json(os.path.join(ev, "positions.json")), os.path.join(ev, "entropy.json")
-    if "nope" in pos and os.path.exists(ent_path) and "nope" in read_json(ent_path):
+    ent = read_json(ent_path) if os.path.exists(ent_path) else {}  # one read: the file is large
+    if "nope" in pos and "nope" in ent:
         on = onset(pos["nope"]["positions"], pos["nope"]["loss"], L, DELTA)
-        eo = entropy_onset(read_json(ent_path)["nope"], L)
+        eo = entropy_onset(ent["nope"], L)
         where = lambda x: f"at {x / L:.2f}L" if np.isfinite(x) else "nowhere"  # noqa: E731
         out.append(f"NoPE's mean attention entropy leaves the trend it follows up to L {where(eo)}, its loss "
                    f"rises above its level at L {where(on)}.")
