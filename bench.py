@@ -6,7 +6,8 @@ What every stage costs on this device, against the device's own measured matmul 
     python bench.py --preset=gpu --batch_size=4 --steps=3    # GPU shapes, a few steps on a CPU
 
 Measures, on random tokens (no dataset needed):
-  - the device's matmul rate: a square fp32 product on CPU, bf16 on CUDA
+  - the device's matmul rate: a square product in the precision the model runs in (fp32 on CPU
+    and MPS, bf16 or fp16 on CUDA)
   - training: ms/step, tokens/s, model FLOPs per token, achieved FLOP/s, and their ratio to the
     matmul rate (model FLOPs utilisation, MFU)
   - one HeadScale fit step (only head_scale trainable) next to a full training step at 4L
@@ -20,14 +21,13 @@ shared machine: compare numbers from one run.
 import multiprocessing as mp
 import os
 import platform
-import resource
 import sys
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from common import (UserError, autocast, length_list, load_preset, parse_config, pick_device,
+from common import (UserError, autocast, grad_scaler, length_list, load_preset, parse_config, pick_device,
                     pick_dtype, run_main, write_json)
 from model import GPT, GPTConfig
 
@@ -47,13 +47,16 @@ class BenchConfig:
                                         # (the character-level corpus has 97 symbols and the token)
     out_dir: str = "out/bench"          # writes bench.json here
     device: str = "auto"                # auto | cpu | cuda | mps
-    dtype: str = "auto"                 # auto | float32 | bfloat16
+    dtype: str = "auto"                 # auto (CUDA: bf16 where native, else fp16) | float32 | bfloat16 | float16
     compile: bool = False               # torch.compile the training step
 
 
 def sync(device):
+    """Wait for the device's queued work, so the clock reads what it did (CUDA and MPS are asynchronous)."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+    elif device.startswith("mps"):
+        torch.mps.synchronize()
 
 
 def timed(fn, device, reps, warmup=2):
@@ -67,9 +70,9 @@ def timed(fn, device, reps, warmup=2):
     return (time.perf_counter() - t0) / reps
 
 
-def matmul_rate(device, size):
-    """FLOP/s of one square product: fp32 on CPU, bf16 on CUDA (the model's own precisions)."""
-    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+def matmul_rate(device, size, dtype):
+    """FLOP/s of one square product in the model's own precision (dtype: 'float32', 'bfloat16', 'float16')."""
+    dtype = getattr(torch, dtype)
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     dt = timed(lambda: a @ b, device, reps=10 if device.startswith("cuda") else 5)
@@ -82,7 +85,7 @@ def model_config(cfg):
     return GPTConfig(vocab_size=cfg.vocab_size, **{k: v for k, v in train.items() if k in keys}), train
 
 
-def train_step_time(model, B, T, device, ctx, reps, params):
+def train_step_time(model, B, T, device, ctx, scaler, reps, params):
     """Seconds per optimizer step at (B, T); params: what the optimizer trains."""
     opt = torch.optim.AdamW(params, lr=1e-4, fused=device.startswith("cuda"))
     x = torch.randint(0, model.config.vocab_size, (B, T), device=device)
@@ -90,8 +93,9 @@ def train_step_time(model, B, T, device, ctx, reps, params):
     def step():
         with ctx:
             _, loss = model(x, x)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()  # float16's scaler, as train.py; a no-op otherwise
+        scaler.step(opt)
+        scaler.update()
         opt.zero_grad(set_to_none=True)
     return timed(step, device, reps)
 
@@ -104,6 +108,16 @@ def _status(field):
     raise OSError(field)
 
 
+def _lifetime_peak():
+    """The process's peak resident memory where the resource module exists (Unix); None elsewhere
+    (Windows: the memory column then reads as not measured)."""
+    try:
+        import resource  # Unix only
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
 def rss_reset_peak():
     """Current resident memory, after resetting the kernel's peak (VmHWM) to it (Linux)."""
     try:
@@ -111,14 +125,14 @@ def rss_reset_peak():
             f.write("5")
         return _status("VmRSS:")
     except OSError:  # elsewhere: the process's lifetime peak, a coarser baseline
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+        return _lifetime_peak()
 
 
 def rss_peak():
     try:
         return _status("VmHWM:")
     except OSError:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+        return _lifetime_peak()
 
 
 def eval_child(args, queue):
@@ -141,7 +155,8 @@ def eval_child(args, queue):
     sync(device)
     dt = time.perf_counter() - t0
     peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else rss_peak()
-    queue.put({"seconds": dt, "tokens_per_s": windows * n / dt, "peak_extra_mb": (peak - base) / 2 ** 20})
+    extra = (peak - base) / 2 ** 20 if peak is not None and base is not None else None
+    queue.put({"seconds": dt, "tokens_per_s": windows * n / dt, "peak_extra_mb": extra})
 
 
 def main():
@@ -161,28 +176,34 @@ def main():
     if device.startswith("cuda"):
         res["gpu"] = torch.cuda.get_device_name()
     size = cfg.matmul_size or (8192 if device.startswith("cuda") else 2048)
-    peak = matmul_rate(device, size)
+    peak = matmul_rate(device, size, dtype)
     res["matmul"] = {"size": size, "flops_per_s": peak}
     print(f"device {device} {dtype}, {res['threads']} threads; matmul {size}^3: {peak / 1e9:.1f} GFLOP/s")
 
     # training step
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()  # the matmul's operands are not training's
     model = GPT(mcfg).to(device)
     run = torch.compile(model) if cfg.compile else model
-    dt = train_step_time(run, B, L, device, ctx, cfg.steps, list(model.parameters()))
+    scaler = grad_scaler(dtype)
+    dt = train_step_time(run, B, L, device, ctx, scaler, cfg.steps, list(model.parameters()))
     fpt = model.flops_per_token(L)
     tps = B * L / dt
     res["train"] = {"ms_per_step": dt * 1e3, "tokens_per_s": tps, "flops_per_token": fpt,
-                    "flops_per_s": fpt * tps, "mfu": fpt * tps / peak, "compile": cfg.compile}
+                    "flops_per_s": fpt * tps, "mfu": fpt * tps / peak, "compile": cfg.compile,
+                    # what training at (B, L) holds on the card: weights, AdamW's state, activations
+                    "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2 ** 20 if device.startswith("cuda") else None}
     print(f"train  L={L} B={B}: {dt * 1e3:.0f} ms/step, {tps / 1e3:.1f}k tok/s, {fpt / 1e6:.2f} MFLOP/token, "
           f"{fpt * tps / 1e9:.1f} GFLOP/s = {100 * fpt * tps / peak:.0f}% of the matmul rate")
 
     # HeadScale fit step vs a full training step, both at 4L with the fit's batch
     n4 = 4 * L
-    full = train_step_time(model, cfg.fit_batch, n4, device, ctx, max(2, cfg.steps // 2), list(model.parameters()))
+    full = train_step_time(model, cfg.fit_batch, n4, device, ctx, scaler, max(2, cfg.steps // 2), list(model.parameters()))
     model.requires_grad_(False)
     lam = torch.ones(mcfg.n_layer, mcfg.n_head, device=device, requires_grad=True)
     model.set_head_scales(lam)
-    fit = train_step_time(model, cfg.fit_batch, n4, device, ctx, max(2, cfg.steps // 2), [lam])
+    fit = train_step_time(model, cfg.fit_batch, n4, device, ctx, scaler, max(2, cfg.steps // 2), [lam])
     model.requires_grad_(True)
     model.set_head_scales(1.0)
     res["headscale"] = {"length": n4, "batch": cfg.fit_batch, "fit_step_ms": fit * 1e3, "full_step_ms": full * 1e3,
@@ -212,7 +233,8 @@ def main():
             r |= {"length": n, "entropy": entropy}
             res["eval"].append(r)
             print(f"eval   n={n:5d} entropy={str(entropy):5}: {r['tokens_per_s'] / 1e3:.1f}k tok/s, "
-                  f"peak memory +{r['peak_extra_mb']:.0f} MB ({cfg.eval_windows} windows, batch {cfg.eval_batch})")
+                  "peak memory " + (f"+{r['peak_extra_mb']:.0f} MB" if r["peak_extra_mb"] is not None else "not measured here")
+                  + f" ({cfg.eval_windows} windows, batch {cfg.eval_batch})")
     os.makedirs(cfg.out_dir, exist_ok=True)
     path = os.path.join(cfg.out_dir, f"bench_{cfg.preset}_{device.split(':')[0]}.json")
     write_json(path, res)

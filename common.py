@@ -47,6 +47,25 @@ def run_main(main):
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    finally:
+        log_peak_memory()
+
+
+# Where a script appends its peak CUDA memory when it ends (gpu_check.py sets it for every command it
+# runs, so each stage's memory is recorded by the process that used it). Unset: nothing is written.
+MEMORY_LOG = "NANONOPE_MEMORY_LOG"
+
+
+def log_peak_memory():
+    path = os.environ.get(MEMORY_LOG)
+    if not path:
+        return
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    peak = round(torch.cuda.max_memory_allocated() / 2 ** 20, 1) if cuda else None
+    line = json.dumps({"script": os.path.basename(sys.argv[0]), "args": sys.argv[1:], "rank": os.environ.get("RANK"),
+                       "peak_cuda_mb": peak})
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line + "\n")
 
 
 # -----------------------------------------------------------------------------
@@ -225,23 +244,41 @@ def pick_device(device="auto"):
     return "cpu"
 
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def native_bf16():
+    """Does this CUDA card compute bfloat16 natively (Ampere, Hopper and later)? PyTorch's default
+    check also says yes where bf16 is only emulated (a T4, a V100): slow, so it is not used there."""
+    return torch.cuda.is_bf16_supported(including_emulation=False)
+
+
 def pick_dtype(dtype, device):
-    """'auto' means bfloat16 on a CUDA card that supports it, float32 everywhere else."""
+    """The precision of autocast. 'auto': bfloat16 on a CUDA card that computes it natively, float16
+    on older cards (T4, V100: free Colab's; with a gradient scaler wherever something is trained),
+    float32 on CPU and MPS (mixed precision is used only on CUDA here)."""
+    if dtype not in DTYPES:
+        raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    cuda = device.startswith("cuda")
     if dtype == "auto":
-        return "bfloat16" if device.startswith("cuda") and torch.cuda.is_bf16_supported() else "float32"
-    if dtype not in ("float32", "bfloat16"):
-        raise UserError(f"--dtype must be auto, float32 or bfloat16, got {dtype!r}")
-    if dtype == "bfloat16" and not device.startswith("cuda"):
-        raise UserError("bfloat16 autocast is only used on CUDA here; use --dtype=float32")
+        return ("bfloat16" if native_bf16() else "float16") if cuda else "float32"
+    if dtype != "float32" and not cuda:
+        raise UserError(f"--dtype={dtype} is for CUDA cards; on {device} use --dtype=float32 (or auto)")
     return dtype
 
 
 def autocast(device, dtype):
-    """bf16 autocast on CUDA, a no-op context otherwise."""
-    if dtype == "bfloat16":
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    """bf16 or fp16 autocast on CUDA, a no-op context otherwise."""
+    if dtype in ("bfloat16", "float16"):
+        return torch.autocast(device_type="cuda", dtype=getattr(torch, dtype))
     return contextlib.nullcontext()
 
+
+def grad_scaler(dtype):
+    """float16 has 5 exponent bits: small gradients underflow to 0. The scaler multiplies the loss
+    before backward and divides the gradients before the step (skipping steps whose gradients
+    overflowed). bfloat16 has float32's range and needs none: disabled, every call is a no-op."""
+    return torch.amp.GradScaler("cuda", enabled=dtype == "float16")
 
 
 # -----------------------------------------------------------------------------

@@ -62,7 +62,7 @@ class EvalConfig:
     plot_only: bool = False             # redraw the plots from out_dir's files, load no model
     seed: int = 1234                    # windows and samples
     device: str = "auto"                # auto | cpu | cuda | mps
-    dtype: str = "auto"                 # auto | float32 | bfloat16
+    dtype: str = "auto"                 # auto (CUDA: bf16 where native, else fp16) | float32 | bfloat16 | float16
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
 

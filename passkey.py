@@ -39,7 +39,7 @@ class PasskeyConfig:
     seed: int = 2024                    # the keys
     plot_only: bool = False             # redraw from passkey.csv alone
     device: str = "auto"                # auto | cpu | cuda | mps
-    dtype: str = "auto"                 # auto | float32 | bfloat16
+    dtype: str = "auto"                 # auto (CUDA: bf16 where native, else fp16) | float32 | bfloat16 | float16
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
 

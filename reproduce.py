@@ -1,8 +1,9 @@
 """
-The paper's study in one command, at laptop scale:
+The paper's study in one command:
 
-    python reproduce.py                       # built-in corpus, CPU preset, into out/study
-    python reproduce.py --preset=gpu --out_dir=out/study_gpu
+    python reproduce.py                       # the gpu preset where CUDA is available, else cpu; out/study
+    python reproduce.py --preset=cpu          # the laptop study (about half an hour on 2 cores)
+    python reproduce.py --preset=gpu --out_dir=out/study_gpu   # minutes on one card
     python reproduce.py --dataset=NAME --max_iters=400   # any prepared dataset, any preset override
 
 Stages, each a run of the project's own scripts, each skipped when its outputs exist for the
@@ -50,7 +51,8 @@ class StudyConfig:
     dataset: str = ""                   # a prepared dataset ('' = the preset's; pystdlib and pystdlib_bpeN
                                         # are prepared automatically)
     out_dir: str = "out/study"          # everything goes here
-    preset: str = "cpu"                 # config/NAME.py: cpu | gpu | tiny
+    preset: str = "auto"                # config/NAME.py (cpu, gpu, tiny, ...); auto: gpu where CUDA is
+                                        # available, else cpu
     force: bool = False                 # redo every stage even if its outputs exist
     # overrides of the preset's training settings (0 = the preset's value)
     block_size: int = 0                 # training length L
@@ -88,12 +90,36 @@ class StudyConfig:
                                         # --logscale only (from the grid's best lambda there)
 
 
+def auto_preset():
+    """--preset=auto: the study the machine can run. Returns (preset, the line that says why)."""
+    import torch
+    if torch.cuda.is_available():
+        return "gpu", (f"preset gpu: CUDA is available ({torch.cuda.get_device_name()}); "
+                       "--preset=cpu runs the laptop study instead")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "cpu", ("preset cpu: no CUDA card; Apple's MPS runs the cpu preset (not measured in this "
+                       "repository: compare with --device=cpu timings of your own)")
+    return "cpu", "preset cpu: no CUDA card here (--preset=gpu needs one)"
+
+
+def choose_preset(argv):
+    """An explicit --preset=NAME wins; none, or --preset=auto, picks by auto_preset(). Returns the
+    arguments with one --preset=NAME, and the line that says why (None when given)."""
+    given = [a.partition("=")[2] for a in argv if a.split("=")[0] == "--preset"]
+    preset, why = given[-1] if given else "auto", None
+    if not preset:
+        raise UserError("--preset needs a name: --preset=NAME (cpu, gpu, tiny, ...) or --preset=auto")
+    if preset == "auto":
+        preset, why = auto_preset()
+    return [f"--preset={preset}", *[a for a in argv if a.split("=")[0] != "--preset"]], why
+
+
 def main():
-    # the preset's own `reproduce` section applies too (a later --preset=NAME replaces this one)
-    cfg = parse_config(StudyConfig, [f"--preset={StudyConfig.preset}", *sys.argv[1:]], section="reproduce",
-                       description=__doc__)
-    if not cfg.preset:
-        raise UserError("give --preset=NAME (cpu, gpu or tiny)")
+    # the preset's own `reproduce` section applies too
+    argv, why = choose_preset(sys.argv[1:])
+    cfg = parse_config(StudyConfig, argv, section="reproduce", description=__doc__)
+    if why:
+        print(why, flush=True)
     if cfg.logscale:
         missing = [k for k in [cfg.logscale_length, *cfg.logscale_fit_lengths] if k not in cfg.grid_lengths]
         if missing:

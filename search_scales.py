@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from common import (Progress, UserError, autocast, default_tail, length_list, measure, parse_config,
+from common import (Progress, UserError, autocast, default_tail, grad_scaler, length_list, measure, parse_config,
                     pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 from data import Dataset
 from model import load_checkpoint, save_checkpoint
@@ -89,7 +89,7 @@ class SearchConfig:
     batch_size: int = 8                 # evaluation batch size
     seed: int = 4321                    # windows and fit batches
     device: str = "auto"                # auto | cpu | cuda | mps
-    dtype: str = "auto"                 # auto | float32 | bfloat16
+    dtype: str = "auto"                 # auto | float32 | bfloat16 | float16 (the fits get a gradient scaler)
     log_interval: int = 20              # fit progress line every this many steps
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
@@ -220,9 +220,10 @@ def rope_factor_grid(model, ds, cfg, L, ctx):
 # -----------------------------------------------------------------------------
 # HeadScale: gradient fit of the scales alone (or of their slopes a, --fit=log)
 
-def fit_scales(model, ds, cfg, n, init, ctx, device):
+def fit_scales(model, ds, cfg, n, init, ctx, device, scaler):
     """Minimise the LM loss at length n over lam only, or with --fit=log over the slopes a only
-    (head_scale stays 1). Returns (table, log rows)."""
+    (head_scale stays 1). scaler: common.grad_scaler (float16: the loss scaled up before backward,
+    lam's gradient scaled back before the step). Returns (table, log rows)."""
     n_layer, n_head = model.config.n_layer, model.config.n_head
     shape = {"head": (n_layer, n_head), "layer": (n_layer, 1), "uniform": (1, 1)}[cfg.granularity]
     slopes = cfg.fit == "log"
@@ -252,8 +253,9 @@ def fit_scales(model, ds, cfg, n, init, ctx, device):
         with ctx:
             _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
         with torch.no_grad():
             lam.clamp_(min=floor)
         if not math.isfinite(loss.item()):
@@ -364,7 +366,7 @@ def main():
         print(f"fitting {cfg.granularity} {'slopes' if slopes else 'scales'} at {name} (n={n}) from "
               f"{sym}={init:.3f}, {clamp}")
         t0 = time.time()
-        lam, log = fit_scales(model, ds, cfg, n, init, ctx, device)
+        lam, log = fit_scales(model, ds, cfg, n, init, ctx, device, grad_scaler(dtype))
         seconds = time.time() - t0
         after = model.state_dict()
         changed = [k for k, v in before.items() if not torch.equal(v, after[k])]

@@ -20,7 +20,7 @@ import torch
 from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (Progress, UserError, autocast, config_dict, format_seconds, measure, parse_config,
+from common import (Progress, UserError, autocast, config_dict, format_seconds, grad_scaler, measure, parse_config,
                     pick_device, pick_dtype, run_main, write_csv, write_json)
 from data import Dataset
 from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
@@ -66,7 +66,8 @@ class TrainConfig:
     log_interval: int = 25              # print a progress line every this many steps
     # system
     device: str = "auto"                # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:1 | mps
-    dtype: str = "auto"                 # auto (bf16 on CUDA that has it, else fp32) | float32 | bfloat16
+    dtype: str = "auto"                 # auto (CUDA: bf16 where native, else fp16; elsewhere fp32) | float32 |
+                                        # bfloat16 | float16 (with a gradient scaler)
     compile: bool = False               # torch.compile the model (slow start, faster steps)
     seed: int = 1337                    # the same seed gives the same losses on the same machine
     preset: str = ""                    # the preset used (set by --preset=NAME)
@@ -88,6 +89,21 @@ def get_lr(it, cfg):
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
 
 
+def optimizer_step(model, optimizer, scaler, grad_clip):
+    """One update from the accumulated gradients. Under float16 the loss was scaled up before
+    backward: unscale the gradients first, so that the clip sees their true norm. Returns the norm
+    as a tensor left on the device (reading it would make the CPU wait for the card every step),
+    or None without a clip."""
+    norm = None
+    if grad_clip > 0:
+        scaler.unscale_(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)  # skipped if float16 gradients overflowed; the scale then drops
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
 def check(cfg):
     for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters",
               "gradient_accumulation_steps", "eval_interval", "val_windows", "log_interval"):
@@ -107,7 +123,12 @@ def main():
     ddp = int(os.environ.get("RANK", -1)) != -1
     if ddp:
         rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
-        cuda = torch.cuda.is_available() and cfg.device in ("auto", "cuda")
+        if cfg.device not in ("auto", "cuda", "cpu"):  # each process takes its own card, cuda:LOCAL_RANK
+            raise UserError(f"under torchrun --device={cfg.device} cannot be honoured: each process takes "
+                            "cuda:LOCAL_RANK; use --device=auto, cuda or cpu (choose cards with CUDA_VISIBLE_DEVICES)")
+        if cfg.device == "cuda" and not torch.cuda.is_available():
+            raise UserError("--device=cuda but CUDA is not available here; use --device=auto")
+        cuda = torch.cuda.is_available() and cfg.device != "cpu"
         init_process_group(backend="nccl" if cuda else "gloo")
         device = f"cuda:{local_rank}" if cuda else "cpu"
         if cuda:
@@ -117,6 +138,7 @@ def main():
     master = rank == 0
     dtype = pick_dtype(cfg.dtype, device)
     ctx = autocast(device, dtype)
+    scaler = grad_scaler(dtype)  # float16 only; otherwise its calls do nothing
     torch.manual_seed(cfg.seed)
     if device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -165,6 +187,8 @@ def main():
                                            device.split(":")[0])
     if ckpt is not None:
         optimizer.load_state_dict(ckpt["optimizer"])
+        if scaler.is_enabled() and "scaler" in ckpt:
+            scaler.load_state_dict(ckpt["scaler"])
         ckpt = None  # free memory
     raw_model = model
     if cfg.compile:
@@ -194,6 +218,8 @@ def main():
                  "log": [dict(zip(LOG_HEADER, r)) for r in log_rows]}
         if with_optimizer:
             extra["optimizer"] = optimizer.state_dict()
+            if scaler.is_enabled():
+                extra["scaler"] = scaler.state_dict()
         save_checkpoint(path, raw_model, **extra)
 
     def evaluate_and_save():
@@ -216,6 +242,7 @@ def main():
     g = torch.Generator()
     elapsed_before = log_rows[-1][-1] if log_rows else 0.0
     train_loss, grad_norm, lr = float("nan"), float("nan"), get_lr(iter_num, cfg)
+    norm = None  # the last step's gradient norm, a tensor on the device until a log line reads it
     loss_sum, loss_count = torch.zeros((), device=device), 0  # summed on the device: no sync per step
     progress = Progress(cfg.max_iters, tokens_per_iter, start_step=iter_num)
     t_start = time.time()
@@ -243,17 +270,15 @@ def main():
                     loss = tok[:n_passkey].sum() / (y[:n_passkey] >= 0).sum()
                     if n_passkey < cfg.batch_size:
                         loss = loss + tok[n_passkey:].mean()
-            (loss / cfg.gradient_accumulation_steps).backward()
+            scaler.scale(loss / cfg.gradient_accumulation_steps).backward()
             loss_sum += loss.detach()
             loss_count += 1
-        if cfg.grad_clip > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip))
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        norm = optimizer_step(model, optimizer, scaler, cfg.grad_clip)
         iter_num += 1
 
         if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters or iter_num % cfg.eval_interval == 0:
             train_loss = loss_sum.item() / loss_count  # mean since the last report; a NaN anywhere shows here
+            grad_norm = float(norm) if norm is not None else float("nan")
             loss_sum.zero_()
             loss_count = 0
             if not math.isfinite(train_loss):
