@@ -1,9 +1,9 @@
 """
-Measure checkpoints past their training length L, and draw the paper's figures.
+Measure checkpoints past their training length L: the study's one measurement, defined here.
 
     python evaluate.py --ckpts=nope=out/nope/ckpt.pt,rope=out/rope/ckpt.pt --out_dir=out/eval
     python evaluate.py --ckpts=nope_window_L=out/nope/ckpt.pt --context=128 --out_dir=out/eval
-    python evaluate.py --out_dir=out/eval --search_dir=out/nope/scales --plot_only
+    python tools/plot.py --eval_dir=out/eval --search_dir=out/nope/scales    # the figures, from the files
 
 For each checkpoint and each length n (default L, 1.5L, 2L, 3L, 4L, 8L, 16L), on the same
 fixed, seeded validation windows (each inside one document, none overlapping, from the "eval"
@@ -19,9 +19,11 @@ position 0, and every model scores the same target tokens):
     windows (the explicit softmax path)
   - text samples continuing a prompt of 3L tokens
 Results merge into out_dir/results.json by method name, so several runs (e.g. one with
---context) build one table. plot.py draws the figures from the saved files alone (--plot_only).
+--context) build one table. tools/plot.py draws the figures from the saved files alone.
+train.py's validation monitor and search_scales.py's grid call the same measure() below.
 """
 
+import contextlib
 import math
 import os
 import time
@@ -30,11 +32,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-import plot
-from common import (PROTOCOL, UserError, atomic_write_text, autocast, default_tail, length_list, measure,
-                    parse_ckpts, parse_config, pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 from data import Dataset
 from model import load_checkpoint
+from tools.cli import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config, pick_device, pick_dtype,
+                       read_json, run_main, write_csv, write_json)
+
+# What a measurement means. Bump it when that changes (the start token, the windows, the
+# metrics): evaluate.py refuses to merge results of another version, and reproduce.py reruns
+# every stage whose stamp records another. 2: start token, disjoint eval/search windows.
+PROTOCOL = 2
 
 
 @dataclass
@@ -57,9 +63,6 @@ class EvalConfig:
     sample_tokens: int = 200            # tokens generated per sample
     batch_size: int = 8                 # windows per forward pass
     chunk: int = 256                    # queries per chunk on the explicit (entropy) path
-    plots: bool = True                  # draw the plots after measuring (reproduce.py draws them once, at the end)
-    search_dir: str = ""                # a search_scales.py output folder: also plot its grid and scales
-    plot_only: bool = False             # redraw the plots from out_dir's files, load no model
     seed: int = 1234                    # windows and samples
     device: str = "auto"                # auto | cpu | cuda | mps
     dtype: str = "auto"                 # auto (CUDA: bf16 where native, else fp16) | float32 | bfloat16 | float16
@@ -85,8 +88,113 @@ def _table(t, plain):
     return [[round(v, 4) for v in row] for row in t.tolist()]
 
 
+# -----------------------------------------------------------------------------
+# The measurement: per-position loss (and attention entropy) on fixed windows, with or without
+# a context limit (the recomputed last-L reference)
+
+def _losses(model, x, y, ctx, mask_window, entropy, chunk):
+    """Per-token losses (B, T) and, with entropy, per-layer (B, n_head, T) entropies stacked
+    to (B, n_layer, n_head, T)."""
+    ent = [] if entropy else None
+    with ctx:
+        _, loss = model(x, y, window=mask_window, explicit=entropy, entropy=ent, chunk=chunk, reduction="none")
+    return loss.float(), (torch.stack(ent, dim=1) if entropy else None)
+
+
+def _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size):
+    """Each token reads only (about) its last `context` positions: positions < context come from
+    the window's first `context` positions; later ones from sub-windows of `context` positions
+    that end at them, stride s = context/8, each scoring its last s positions (so every scored
+    token sees between 7/8 and all of `context` positions). A model trained with the start token
+    never saw text without it, so each of its sub-windows is the start token (the window's
+    position 0) and the last context - 1 tokens. Positions restart at 1 in every sub-window, so
+    a length-following lambda (model.py's head_scale_log) sees only i <= context: this is how a
+    model reading only its last `context` positions behaves. Costs about 8x a plain pass."""
+    B, T = x.shape
+    loss, ent = _losses(model, x[:, :context], y[:, :context], ctx, None, entropy, chunk)
+    losses, ents = [loss], [ent]
+    s = max(1, context // 8)
+    ends = [min(c + s, T) for c in range(context, T, s)]      # each sub-window ends here (exclusive)
+    starts = [e - context for e in ends]
+    if getattr(model.config, "bos", False):  # [start token, last context - 1 tokens]
+        xs = torch.cat([torch.cat([x[:, :1], x[:, a + 1:e]], 1) for a, e in zip(starts, ends)])
+    else:
+        xs = torch.cat([x[:, a:e] for a, e in zip(starts, ends)])  # (B * K, context), sub-window-major
+    ys = torch.cat([y[:, a:e] for a, e in zip(starts, ends)])
+    parts = [_losses(model, xs[i:i + batch_size], ys[i:i + batch_size], ctx, None, entropy, chunk)
+             for i in range(0, xs.size(0), batch_size)]
+    sub_loss = torch.cat([p[0] for p in parts]).view(len(ends), B, context)
+    sub_ent = torch.cat([p[1] for p in parts]).view(len(ends), B, *parts[0][1].shape[1:]) if entropy else None
+    prev = context
+    for k, e in enumerate(ends):  # keep the positions prev..e-1, the tail of sub-window k
+        losses.append(sub_loss[k][:, context - (e - prev):])
+        if entropy:
+            ents.append(sub_ent[k][..., context - (e - prev):])
+        prev = e
+    return torch.cat(losses, dim=1), (torch.cat(ents, dim=-1) if entropy else None)
+
+
+@torch.no_grad()
+def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=None, context_mode="recompute",
+            entropy=False, chunk=256):
+    """Run model over windows (k, n+1) tokens: inputs are the first n, targets the last n.
+    context: each token reads at most its last `context` positions (with the start token:
+    the token and the last context - 1 positions), by recomputation over
+    sub-windows (context_mode="recompute", exact: the model sees only those tokens) or by a
+    sliding-window attention mask in every layer ("mask": through the layers information
+    still flows from further back; a model trained with the start token keeps it visible).
+    Sums are kept in float32 on the model's device (Apple's MPS has no float64).
+    Returns {'loss': (n,) mean loss per position in nats, 'tokens': k * n,
+             'entropy': (n_layer, n_head, n) mean attention entropy in bits, or None}.
+    Uses the fused SDPA path unless entropy is asked for."""
+    model.eval()
+    device = next(model.parameters()).device
+    k, n = windows.size(0), windows.size(1) - 1
+    loss_sum = torch.zeros(n, device=device)  # float32
+    ent_sum = None
+    for b in range(0, k, batch_size):
+        xy = windows[b:b + batch_size].to(device)
+        x, y = xy[:, :-1], xy[:, 1:]
+        if context and context < n and context_mode == "recompute":
+            loss, ent = _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size)
+        else:
+            loss, ent = _losses(model, x, y, ctx, context if context_mode == "mask" else None, entropy, chunk)
+        loss_sum += loss.sum(0)                                    # (n,)
+        if entropy:
+            e = ent.float().sum(0)                                 # (n_layer, n_head, n)
+            ent_sum = e if ent_sum is None else ent_sum + e
+    out = {"loss": (loss_sum / k).cpu().numpy().astype("float64"), "tokens": k * n, "windows": k, "entropy": None}
+    if entropy:
+        out["entropy"] = (ent_sum / k).cpu().numpy().astype("float64")
+    return out
+
+
+def default_tail(train_len):
+    """The paper scores the last 256 tokens of each window at L = 2048, i.e. L/8;
+    for small L we keep that proportion (at least 1 token, at most 256)."""
+    return int(min(256, max(1, train_len // 8)))
+
+
+def length_list(multiples, train_len):
+    """Lengths given in units of the training length L (e.g. 1, 1.5, 2, 4) -> tokens."""
+    out = []
+    for v in multiples:
+        if v <= 0:
+            raise UserError(f"lengths are multiples of L and must be > 0, got {v:g}")
+        n = int(round(v * train_len))
+        if n not in out:
+            out.append(n)
+    return out
+
+
+def length_name(k):
+    """2.0 -> '2L', 1.5 -> '1.5L': a length in units of L, as file names and results.json name it."""
+    return f"{k:g}L"
+
+
 def binned(values, width):
-    """Mean over consecutive bins of `width` positions along the last axis; bin centres (1-based)."""
+    """Mean over consecutive bins of `width` positions along the last axis; bin centres (1-based:
+    position i is index + 1, and position i's loss is its prediction of token i + 1)."""
     values = np.asarray(values)
     nb = values.shape[-1] // width
     centers = (np.arange(nb) + 0.5) * width + 0.5
@@ -94,7 +202,7 @@ def binned(values, width):
 
 
 # -----------------------------------------------------------------------------
-# Measuring
+# Evaluating checkpoints
 
 def rope_factor_for(cfg, n, L):
     """The RoPE extension factor used at length n: the searched best, else n / L (at least 1)."""
@@ -171,7 +279,7 @@ def sample(model, ds, cfg, L, device):
 
 
 # -----------------------------------------------------------------------------
-# Tables, from the saved files alone (plot.py draws the figures)
+# Tables, from the saved files alone (tools/plot.py draws the figures)
 
 def reference_of(results, name):
     """The row a method is compared with at each length: a model of the same kind (position
@@ -234,12 +342,6 @@ def write_tables(out, results):
 
 def main():
     cfg = parse_config(EvalConfig, section="evaluate", description=__doc__)
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    if cfg.plot_only:
-        if not os.path.exists(os.path.join(cfg.out_dir, "results.json")):
-            raise UserError(f"--plot_only but {cfg.out_dir}/results.json does not exist; evaluate first")
-        plot.report(cfg.out_dir, *plot.draw_eval(cfg.out_dir, cfg.search_dir))
-        return
     for k in ("windows", "batch_size", "chunk"):
         if getattr(cfg, k) <= 0:
             raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
@@ -255,6 +357,7 @@ def main():
     device = pick_device(cfg.device)
     ctx = autocast(device, pick_dtype(cfg.dtype, device))
     models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}  # fail early on a bad one
+    os.makedirs(cfg.out_dir, exist_ok=True)
     shapes = {(m.config.block_size, m.config.vocab_size) for m, _ in models.values()}
     if len(shapes) > 1:
         raise UserError(f"these checkpoints do not share a training length and vocabulary {sorted(shapes)}; "
@@ -301,8 +404,7 @@ def main():
             md += [f"**{name}:**", "```", s["continuation"], "```"]
         atomic_write_text(os.path.join(cfg.out_dir, "samples.md"), "\n".join(md) + "\n")
     print(table)
-    if cfg.plots:
-        plot.report(cfg.out_dir, *plot.draw_eval(cfg.out_dir, cfg.search_dir))
+    print(f"figures: python tools/plot.py --eval_dir={cfg.out_dir}")
 
 
 if __name__ == "__main__":

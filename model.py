@@ -161,7 +161,7 @@ class CausalSelfAttention(nn.Module):
         # Per position, the length-following lambda: lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L)),
         # a_h = head_scale_log, i = index + 1 (the start token is i = 1). ln(L / L) = 0, so every
         # i <= L, and every i when a = 0, gets exactly head_scale_h. Recomputed sub-windows
-        # (common._losses_recompute) and cropped generation restart i at 1: a model that reads only
+        # (evaluate._losses_recompute) and cropped generation restart i at 1: a model that reads only
         # its last L positions never leaves i <= L.
         if log_pos is None:  # GPT.forward computes it once for every layer; None up to L
             log_pos = log_position(T, self.block_size, q.device)                          # (1, 1, T, 1)

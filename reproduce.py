@@ -29,7 +29,7 @@ same settings (rerun after an interruption and nothing finished is lost; --force
      (nope_headscale_8L), evaluated like every row (the issue's L..16L: add --lengths=1,2,4,8,16).
      Last, so adding it to a finished study runs only these stages
   6. write out_dir/report.md: the table, the fitted lambda(i), the passkey table, the plots
-A stage's stamp records its command and the measurement protocol (common.PROTOCOL), so a study
+A stage's stamp records its command and the measurement protocol (evaluate.PROTOCOL), so a study
 finished before the protocol changed is rerun, not reported as new.
 """
 
@@ -41,9 +41,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from common import (ROOT, Stages, UserError, format_seconds, load_preset, parse_config, read_json, resume_or_restart,
-                    run_main)
 from data import Dataset, dataset_dir
+from evaluate import length_name
+from tools.cli import ROOT, UserError, atomic_write_text, format_seconds, load_preset, parse_config, read_json, run_main
+from tools.stages import Stages, resume_or_restart
 
 
 @dataclass
@@ -171,8 +172,8 @@ def main():
     lengths = lambda xs: ",".join(f"{x:g}" for x in xs)  # noqa: E731
     stages.run("search", ["search_scales.py", *common, f"--lengths={lengths(cfg.grid_lengths)}",
                           f"--fit_lengths={lengths(cfg.fit_lengths)}"],
-               [os.path.join(scales, "uniform.json")] + [os.path.join(scales, f"head_{name_of(k)}.pt") for k in cfg.fit_lengths])
-    ab = name_of(cfg.ablation_length)
+               [os.path.join(scales, "uniform.json")] + [os.path.join(scales, f"head_{length_name(k)}.pt") for k in cfg.fit_lengths])
+    ab = length_name(cfg.ablation_length)
     for tag, extra in (("_noclamp", ["--min_scale=0"]), ("_noinit", ["--init=1"])):
         stages.run(f"ablation{tag}", ["search_scales.py", *common, "--grid=false",
                                       f"--fit_lengths={cfg.ablation_length:g}", f"--tag={tag}", *extra],
@@ -182,7 +183,7 @@ def main():
     # HeadScale's budget (its steps and sequences, at its length) but all weights trained
     rope_ckpt = os.path.join(out, "rope", "ckpt.pt")
     rope_scales = os.path.join(out, "scales_rope")
-    ft = name_of(cfg.finetune_length)
+    ft = length_name(cfg.finetune_length)
     if cfg.rope_baselines:
         stages.run("rope_grid", ["search_scales.py", f"--ckpt={rope_ckpt}", f"--out_dir={rope_scales}",
                                  f"--preset={cfg.preset}", "--grid=false", "--fit_lengths=", "--rope_grid",
@@ -207,9 +208,9 @@ def main():
     methods = [f"nope={nope_ckpt}", f"rope={os.path.join(out, 'rope', 'ckpt.pt')}"]
     if cfg.notoken:
         methods.append(f"nope_notoken={os.path.join(out, 'nope_notoken', 'ckpt.pt')}")
-    methods += [f"nope_uniform_{name_of(k)}={os.path.join(scales, f'uniform_grid_{name_of(k)}.pt')}"
+    methods += [f"nope_uniform_{length_name(k)}={os.path.join(scales, f'uniform_grid_{length_name(k)}.pt')}"
                 for k in cfg.grid_lengths]
-    methods += [f"nope_headscale_{name_of(k)}={os.path.join(scales, f'head_{name_of(k)}.pt')}" for k in cfg.fit_lengths]
+    methods += [f"nope_headscale_{length_name(k)}={os.path.join(scales, f'head_{length_name(k)}.pt')}" for k in cfg.fit_lengths]
     methods += [f"nope_headscale_{ab}{tag}={os.path.join(scales, f'head_{ab}{tag}.pt')}" for tag in ("_noclamp", "_noinit")]
     if cfg.rope_baselines:
         methods += [f"rope_{m}_ft_{ft}={os.path.join(out, f'rope_{m}_ft_{ft}', 'ckpt.pt')}" for m in ("pi", "yarn")]
@@ -220,19 +221,19 @@ def main():
     def fresh_eval(done, cmd):  # results.json merges by method: start it afresh
         shutil.rmtree(ev, ignore_errors=True)
         return cmd
-    stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", "--plots=false", *eval_common],
+    stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", *eval_common],
                [os.path.join(ev, "results.json")], fresh_eval)
     if cfg.rope_baselines:
         for m in ("pi", "ntk", "yarn"):
             stages.run(f"evaluate_rope_{m}", ["evaluate.py", f"--ckpts=rope_{m}_zeroshot={rope_ckpt}",
                                               f"--rope_scaling={m}", f"--rope_factors={rope_scales}/rope_factors.json",
-                                              "--samples=false", "--entropy=false", "--plots=false", *eval_common],
+                                              "--samples=false", "--entropy=false", *eval_common],
                        [os.path.join(ev, "results.json")])
     window_methods = f"nope_window_L={nope_ckpt},rope_window_L={rope_ckpt}"
     if cfg.notoken:
         window_methods += f",nope_notoken_window_L={os.path.join(out, 'nope_notoken', 'ckpt.pt')}"
     stages.run("evaluate_window", ["evaluate.py", f"--ckpts={window_methods}", f"--context={L}", "--samples=false",
-                                   "--plots=false", *eval_common], [os.path.join(ev, "results.json")])
+                                   *eval_common], [os.path.join(ev, "results.json")])
 
     # 5. passkey retrieval. The models learn the skill by fine-tuning on text mixed with passkey
     # examples at L; then, as in the paper, the NoPE remedies are fitted on the LM loss alone
@@ -268,7 +269,7 @@ def main():
                       f"nope_uniform_{ab}={os.path.join(pk_scales, f'uniform_grid_{ab}.pt')}"]
         pk_methods += [f"nope_headscale_{ab}{tag}={os.path.join(pk_scales, f'head_{ab}{tag}.pt')}"
                        for tag in ("", "_noclamp", "_noinit")]
-        stages.run("passkey_eval", ["passkey.py", f"--ckpts={','.join(pk_methods)}", f"--out_dir={pk}",
+        stages.run("passkey_eval", ["tools/passkey.py", f"--ckpts={','.join(pk_methods)}", f"--out_dir={pk}",
                                     f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
                                     f"--avg_up_to={max(cfg.passkey_lengths):g}"],
                    [os.path.join(pk, "passkey.json")])
@@ -276,30 +277,25 @@ def main():
     # 5b. lambda that follows the position: slopes set (Qwen's logn, the grid's a) and fitted, and
     # HeadScale at the longer lengths, to compare what holds past the length a fit was made at
     if cfg.logscale:
-        lg = name_of(cfg.logscale_length)
+        lg = length_name(cfg.logscale_length)
         more = [k for k in cfg.logscale_fit_lengths if k not in cfg.fit_lengths]  # already fitted otherwise
         if more:
             stages.run("search_logscale_headscale", ["search_scales.py", *common, "--grid=false",
                                                      f"--fit_lengths={lengths(more)}"],
-                       [os.path.join(scales, f"head_{name_of(k)}.pt") for k in more])
+                       [os.path.join(scales, f"head_{length_name(k)}.pt") for k in more])
         stages.run("search_logscale", ["search_scales.py", *common, "--grid=false", "--fit=log",
                                        f"--fit_lengths={cfg.logscale_length:g}", "--set_log=logn,grid"],
                    [os.path.join(scales, f) for f in (f"headlog_{lg}.pt", "log_logn.pt", "log_grid.pt")])
         log_methods = [f"nope_logn={os.path.join(scales, 'log_logn.pt')}",
                        f"nope_loglam={os.path.join(scales, 'log_grid.pt')}",
                        f"nope_headscale_log_{lg}={os.path.join(scales, f'headlog_{lg}.pt')}"]
-        log_methods += [f"nope_headscale_{name_of(k)}={os.path.join(scales, f'head_{name_of(k)}.pt')}" for k in more]
+        log_methods += [f"nope_headscale_{length_name(k)}={os.path.join(scales, f'head_{length_name(k)}.pt')}" for k in more]
         stages.run("evaluate_logscale", ["evaluate.py", f"--ckpts={','.join(log_methods)}", "--samples=false",
-                                         "--plots=false", *eval_common], [os.path.join(ev, "results.json")])
+                                         *eval_common], [os.path.join(ev, "results.json")])
 
     # 6. the figures, drawn from the saved files (cheap: always redrawn), and the report
-    subprocess.run([sys.executable, "plot.py", f"--study={out}"], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "tools/plot.py", f"--study={out}"], cwd=ROOT, check=True)
     write_report(cfg, out, L, stages.seconds, time.time() - t_start)
-
-
-def name_of(k):
-    """2.0 -> '2L': how lengths are named in file names and results.json."""
-    return f"{k:g}L"
 
 
 def write_report(cfg, out, L, times, wall):
@@ -309,7 +305,7 @@ def write_report(cfg, out, L, times, wall):
           if pe != "nope_notoken" or cfg.notoken}
     notoken = (f"; NoPE without the start token: {tr['nope_notoken']['final_val_loss']:.4f}"
                if "nope_notoken" in tr else "")
-    import findings  # the headline sentences, computed from the study's files
+    from tools import findings  # the headline sentences, computed from the study's files
     lines = [f"# nanoNoPE study: {cfg.dataset}, preset {cfg.preset}, L = {L}", "",
              *[f"- {s}" for s in findings.headline(out)], "",
              "![where NoPE breaks, why, and how far each remedy carries it](eval/hero.png)", "",
@@ -317,7 +313,7 @@ def write_report(cfg, out, L, times, wall):
              f"RoPE {tr['rope']['final_val_loss']:.4f}{notoken} ({tr['nope']['params'] / 1e6:.2f}M parameters, "
              f"{tr['nope']['steps']} steps, {tr['nope']['wall_seconds']:.0f}s and {tr['rope']['wall_seconds']:.0f}s). "
              "Every row reads the start token at position 0 except nope_notoken*.", "",
-             open(os.path.join(ev, "table.md")).read(), "",
+             open(os.path.join(ev, "table.md"), encoding="utf-8").read(), "",
              "**UniformScale: best lambda per target length** (search_scales.py's windows, the validation "
              "split's \"search\" subset, disjoint from the evaluation's)", "",
              "| length | best lambda (mean loss) | loss | loss at lambda=1 | best lambda (tail) |", "|---|---:|---:|---:|---:|"]
@@ -339,9 +335,9 @@ def write_report(cfg, out, L, times, wall):
               "| rows | what is fitted | how many |", "|---|---|---:|",
               "| nope_uniform_* | one lambda, grid search on validation loss | 1 |"]
     if cfg.fit_lengths:
-        lam = read_json(os.path.join(scales, f"head_{name_of(cfg.fit_lengths[0])}.json"))["lam"]
+        lam = read_json(os.path.join(scales, f"head_{length_name(cfg.fit_lengths[0])}.json"))["lam"]
         lines.append(f"| nope_headscale_* | one lambda per (layer, head), gradient fit | {len(lam) * len(lam[0])} |")
-    logfit = os.path.join(scales, f"headlog_{name_of(cfg.logscale_length)}.json")
+    logfit = os.path.join(scales, f"headlog_{length_name(cfg.logscale_length)}.json")
     if cfg.logscale and os.path.exists(logfit):
         a = read_json(logfit)["a"]
         grid_a = read_json(os.path.join(scales, "log_grid.json"))
@@ -372,20 +368,19 @@ def write_report(cfg, out, L, times, wall):
         pk = read_json(os.path.join(out, "passkey", "passkey.json"))
         lines += ["", "**Passkey retrieval** (exact match, greedy; 10 depths x "
                   f"{cfg.passkey_keys} keys per length; models fine-tuned with passkey examples at L; mean over "
-                  f"lengths up to {pk['avg_up_to']:g}L)", "", open(pk_table).read().strip(),
+                  f"lengths up to {pk['avg_up_to']:g}L)", "", open(pk_table, encoding="utf-8").read().strip(),
                   "", "Heat maps: " + ", ".join(f"[{p}](passkey/{p})" for p in sorted(os.listdir(os.path.dirname(pk_table)))
                                                 if p.endswith(".png"))]
-    check = subprocess.run([sys.executable, "findings.py", out], cwd=ROOT, capture_output=True, text=True)
-    lines += ["", f"**Which of the paper's findings hold here** (`python findings.py {os.path.relpath(out, ROOT)}`; "
+    check = subprocess.run([sys.executable, "tools/findings.py", out], cwd=ROOT, capture_output=True, text=True,
+                           encoding="utf-8")
+    lines += ["", f"**Which of the paper's findings hold here** (`python tools/findings.py {os.path.relpath(out, ROOT)}`; "
               "criteria in its docstring)", "", "```", check.stdout.strip() or check.stderr.strip(), "```"]
     lines += ["", "Plots: " + ", ".join(f"[{p}](eval/{p})" for p in sorted(os.listdir(ev)) if p.endswith(".png")),
               "", "Samples: [eval/samples.md](eval/samples.md)", "",
               "Stage times: " + ", ".join(f"{k} {format_seconds(v)}" for k, v in times.items()),
               f"(this run: {format_seconds(wall)}; stages skipped as done count their original time)."]
     path = os.path.join(out, "report.md")
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
+    atomic_write_text(path, "\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"\nwrote {path}")
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from common import UserError, parse_config, pick_device, read_json, run_main
 from data import Dataset, read_text
 from model import load_checkpoint
+from tools.cli import UserError, parse_config, pick_device, read_json, run_main
 
 
 @dataclass

@@ -41,10 +41,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from common import (Progress, UserError, autocast, default_tail, grad_scaler, length_list, measure, parse_config,
-                    pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 from data import Dataset
+from evaluate import binned, default_tail, length_list, length_name, measure
 from model import load_checkpoint, save_checkpoint
+from tools.cli import (Progress, UserError, autocast, grad_scaler, parse_config, pick_device, pick_dtype, read_json,
+                       run_main, write_csv, write_json)
 
 
 @dataclass
@@ -100,12 +101,6 @@ def _number(text):
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-def length_name(n, L):
-    """2L, 4L, 1.5L: the names used in file names and in results.json."""
-    k = n / L
-    return f"{k:g}L"
 
 
 def check(cfg):
@@ -171,20 +166,18 @@ def grid_search(model, ds, cfg, L, ctx):
         rows += [[n, lam, round(a, 5), round(b, 5)] for lam, a, b in zip(lams, loss, tail_loss)]
         # best lambda per position bin; positions count from 1 at the window's first token (the start
         # token, for a model trained with it), and position i's loss is its prediction of token i+1
-        nb = n // width
-        binned = per_pos[:, :nb * width].reshape(len(lams), nb, width).mean(2)  # (n_lam, nb)
-        centers = (np.arange(nb) + 0.5) * width + 0.5
-        best_pos = lams[binned.argmin(0)]
+        centers, per_bin = binned(per_pos, width)                   # (nb,), (n_lam, nb)
+        best_pos = lams[per_bin.argmin(0)]
         a, r2 = fit_log_law(centers, best_pos, L)
         i1 = int(np.argmin(np.abs(lams - 1.0)))
-        summary[length_name(n, L)] = {
+        summary[length_name(n / L)] = {
             "length": n, "windows": len(windows), "tokens": len(windows) * n, "tail_tokens": len(windows) * tail,
             "best_lam": float(lams[loss.argmin()]), "best_loss": float(loss.min()),
             "best_lam_tail": float(lams[tail_loss.argmin()]), "best_tail_loss": float(tail_loss.min()),
             "loss_at_1": float(loss[i1]), "tail_loss_at_1": float(tail_loss[i1]),
             "positions": centers.tolist(), "best_lam_per_position": best_pos.tolist(), "fit_a": a, "fit_r2": r2}
-        s = summary[length_name(n, L)]
-        print(f"{length_name(n, L):>4} (n={n}): best lam {s['best_lam']:.2f} loss {s['best_loss']:.4f} "
+        s = summary[length_name(n / L)]
+        print(f"{length_name(n / L):>4} (n={n}): best lam {s['best_lam']:.2f} loss {s['best_loss']:.4f} "
               f"(lam=1: {s['loss_at_1']:.4f}) | tail: best lam {s['best_lam_tail']:.2f} {s['best_tail_loss']:.4f} "
               f"(lam=1: {s['tail_loss_at_1']:.4f}) | lam(i) fit a={a:.3f} R2={r2:.3f} | {time.time() - t0:.0f}s",
               flush=True)
@@ -208,10 +201,10 @@ def rope_factor_grid(model, ds, cfg, L, ctx):
                 tail_loss.append(float(per_pos[-tail:].mean()))
                 rows.append([method, n, s, round(loss[-1], 5), round(tail_loss[-1], 5)])
             i = int(np.argmin(loss if cfg.select == "loss" else tail_loss))
-            best[method][length_name(n, L)] = {"length": n, "best_factor": cfg.factors[i], "loss": loss[i],
+            best[method][length_name(n / L)] = {"length": n, "best_factor": cfg.factors[i], "loss": loss[i],
                                                "tail_loss": tail_loss[i], "loss_at_1": loss[cfg.factors.index(1.0)]
                                                if 1.0 in cfg.factors else None}
-            print(f"{length_name(n, L):>4} {method:>4}: best factor {cfg.factors[i]:g}, loss {loss[i]:.4f} "
+            print(f"{length_name(n / L):>4} {method:>4}: best factor {cfg.factors[i]:g}, loss {loss[i]:.4f} "
                   f"tail {tail_loss[i]:.4f}", flush=True)
     model.config.rope_scaling, model.config.rope_factor = "none", 1.0
     return rows, best, tail
@@ -222,7 +215,7 @@ def rope_factor_grid(model, ds, cfg, L, ctx):
 
 def fit_scales(model, ds, cfg, n, init, ctx, device, scaler):
     """Minimise the LM loss at length n over lam only, or with --fit=log over the slopes a only
-    (head_scale stays 1). scaler: common.grad_scaler (float16: the loss scaled up before backward,
+    (head_scale stays 1). scaler: tools.cli.grad_scaler (float16: the loss scaled up before backward,
     lam's gradient scaled back before the step). Returns (table, log rows)."""
     n_layer, n_head = model.config.n_layer, model.config.n_head
     shape = {"head": (n_layer, n_head), "layer": (n_layer, 1), "uniform": (1, 1)}[cfg.granularity]
@@ -345,7 +338,7 @@ def main():
     slopes = cfg.fit == "log"
     fitted, sym = ("head_scale_log", "a") if slopes else ("head_scale", "lam")
     for n in length_list(cfg.fit_lengths, L):
-        name = length_name(n, L)
+        name = length_name(n / L)
         if cfg.init > 0:
             init = cfg.init
         else:

@@ -20,10 +20,11 @@ import torch
 from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (Progress, UserError, autocast, config_dict, format_seconds, grad_scaler, measure, parse_config,
-                    pick_device, pick_dtype, run_main, write_csv, write_json)
 from data import Dataset
+from evaluate import measure
 from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
+from tools.cli import (Progress, UserError, autocast, config_dict, format_seconds, grad_scaler, parse_config,
+                       pick_device, pick_dtype, run_main, write_csv, write_json)
 
 
 @dataclass

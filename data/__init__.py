@@ -38,7 +38,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # so data/NAME/prepare.py can import the project's modules
     sys.path.insert(0, str(ROOT))
-from common import UserError  # noqa: E402
+from tools.cli import UserError  # noqa: E402
 
 DATA_DIR = Path(__file__).resolve().parent
 PLACEHOLDER = "\ufffd"  # stands for every character outside an ASCII-only vocabulary

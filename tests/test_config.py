@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from common import UserError, load_preset, parse_config
+from tools.cli import UserError, load_preset, parse_config
 
 
 @dataclass

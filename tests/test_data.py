@@ -12,7 +12,7 @@ import pytest
 import tiktoken
 import torch
 
-from common import UserError
+from tools.cli import UserError
 from conftest import ROOT, run_script
 from data import BPE_FILE, BpeTokenizer, CharTokenizer, Dataset, TiktokenTokenizer, train_bpe, write_dataset
 

@@ -7,11 +7,11 @@ import os
 import pytest
 import torch
 
-import common
 import reproduce
-from common import UserError, pick_device, pick_dtype
 from conftest import make_docs, run_script
 from model import GPT, GPTConfig
+from tools import cli
+from tools.cli import UserError, pick_device, pick_dtype
 from train import optimizer_step
 
 
@@ -22,7 +22,7 @@ def machine(monkeypatch):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Test card")
         monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
-        monkeypatch.setattr(common, "native_bf16", lambda: bf16)
+        monkeypatch.setattr(cli, "native_bf16", lambda: bf16)
     return set_
 
 
@@ -44,7 +44,7 @@ def test_a_card_without_native_bf16_gets_float16(machine):
     machine(cuda=True, bf16=False)  # a T4 or a V100: PyTorch's default check would say yes (emulated)
     assert pick_dtype("auto", "cuda") == "float16"
     assert pick_dtype("float16", "cuda:0") == "float16" and pick_dtype("float32", "cuda") == "float32"
-    assert common.grad_scaler("float16").is_enabled() and not common.grad_scaler("bfloat16").is_enabled()
+    assert cli.grad_scaler("float16").is_enabled() and not cli.grad_scaler("bfloat16").is_enabled()
 
 
 def test_float16_on_a_cpu_is_one_line_before_any_work(machine, tmp_path):
@@ -142,7 +142,7 @@ def test_gpu_check_trial_runs_every_step_on_the_cpu(tmp_path):
     ds = tmp_path / "data"
     write_dataset(ds, train, val, CharTokenizer.from_texts(t for _, t in train + val), {"corpus": "test"})
     out = tmp_path / "check"
-    proc = run_script("gpu_check.py", "--trial", f"--out_dir={out}", f"--dataset={ds}", "--budget=400", timeout=600)
+    proc = run_script("tools/gpu_check.py", "--trial", f"--out_dir={out}", f"--dataset={ds}", "--budget=400", timeout=600)
     assert "6 of 6 commands passed" in proc.stdout
     res = json.loads((out / "check.json").read_text())
     assert [c["name"] for c in res["commands"]] == ["passkey_train", "passkey", "sample", "torchrun", "bench_eager",
@@ -152,5 +152,5 @@ def test_gpu_check_trial_runs_every_step_on_the_cpu(tmp_path):
                                                                     "evaluate.py"}
     assert (out / "runs" / "study" / "report.md").exists() and (out / "runs" / "study" / "eval" / "hero.png").exists()
     assert not list((out / "runs").rglob("*.pt"))  # checkpoints stay in the work folder
-    refused = run_script("gpu_check.py", f"--out_dir={tmp_path / 'no'}", check=False)
+    refused = run_script("tools/gpu_check.py", f"--out_dir={tmp_path / 'no'}", check=False)
     assert refused.returncode == 2 and "--trial" in refused.stderr and not (tmp_path / "no").exists()

@@ -316,7 +316,7 @@ def test_ntk_enlarges_the_base():
 def test_context_limit_by_recomputation_reads_only_the_last_tokens():
     """measure(context=W, recompute): position i's loss equals a fresh pass over the sub-window
     that ends at i, which holds between 7/8 W and W tokens."""
-    from common import measure
+    from evaluate import measure
     model = make("nope")
     torch.manual_seed(3)
     windows = torch.randint(0, V, (3, 41))
@@ -396,7 +396,7 @@ def test_head_scale_and_slope_shapes_are_explicit(kind):
 def test_measure_creates_no_float64_tensor():
     """Apple's MPS has no float64: measure() must keep its sums in float32 on the device."""
     from torch.overrides import TorchFunctionMode
-    from common import measure
+    from evaluate import measure
 
     class NoFloat64(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -416,7 +416,7 @@ def test_measure_creates_no_float64_tensor():
 
 def test_recomputed_sub_windows_begin_with_the_start_token():
     """A bos model limited to W positions reads [start token, last W - 1 tokens] at every query."""
-    from common import measure
+    from evaluate import measure
     model = make("nope", bos=True)
     torch.manual_seed(4)
     windows = torch.randint(0, V - 1, (2, 41))

@@ -128,10 +128,8 @@ def test_evaluate_tables_plots_and_merging(trained, tmp_path):
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 2 * 3 and {r["protocol"] for r in rows} == {"mean", "tail"}
-    for png in ("hero.png", "position_loss.png", "entropy.png"):  # (hero.png: nope and nope_window_L only)
-        assert png == "hero.png" or (out / png).exists()
-        (out / png).unlink(missing_ok=True)
-    proc = run_script("evaluate.py", f"--out_dir={out}", "--plot_only")  # plots come from the files alone
+    assert not list(out.glob("*.png"))  # evaluate.py measures; tools/plot.py draws
+    proc = run_script("tools/plot.py", f"--eval_dir={out}")  # plots come from the files alone
     assert (out / "position_loss.png").stat().st_size > 10_000 and (out / "entropy.png").exists()
     assert "skipped hero.png (no rope)" in proc.stdout
     # a different protocol cannot be merged into the same table
@@ -188,13 +186,13 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
                       check=False)
     assert proc.returncode == 2 and "--grid_lengths" in proc.stderr
     # the findings check reads the study's files; the sweep tabulates it
-    proc = run_script("findings.py", str(out))
+    proc = run_script("tools/findings.py", str(out))
     assert all(f"({k}) " in proc.stdout for k in (1, 2, 3, 4, 5, 7, 8))  # (8): the passkey stage ran; (6) needs 4L
     sweep = tmp_path / "sweep"
     shutil.copytree(out, sweep / "cpu_s1")
-    run_script("sweep.py", f"--out_dir={sweep}", "--recipes=cpu", "--seeds=1", "--table_only")
+    run_script("tools/sweep.py", f"--out_dir={sweep}", "--recipes=cpu", "--seeds=1", "--table_only")
     assert "| cpu | 1 |" in (sweep / "sweep.md").read_text()
-    proc = run_script("findings.py", str(tmp_path / "nothing"), check=False)
+    proc = run_script("tools/findings.py", str(tmp_path / "nothing"), check=False)
     assert proc.returncode == 2 and "no finished study" in proc.stderr
 
 
@@ -229,7 +227,7 @@ def test_methods_compared_at_one_length_score_identical_windows(trained, tiny_da
     monkeypatch.setattr(data.Dataset, "windows", spy)
     monkeypatch.setattr(sys, "argv", ["evaluate.py", f"--ckpts=a={trained},b={notoken / 'ckpt.pt'}",
                                       f"--out_dir={tmp_path / 'eval'}", "--lengths=1,2", "--windows=4",
-                                      "--samples=false", "--plots=false"])
+                                      "--samples=false"])
     evaluate.main()
     by = {}
     for bos, n, subset, w in seen:
@@ -270,16 +268,17 @@ def test_sample_starts_with_the_token_and_takes_scales(trained, tmp_path, monkey
 
 
 def test_a_stage_stamped_with_another_protocol_runs_again(tmp_path):
-    import common
-    stages = common.Stages(str(tmp_path), force=False)
+    from evaluate import PROTOCOL
+    from tools.stages import Stages
+    stages = Stages(str(tmp_path), force=False)
     marker = tmp_path / "ran"
     cmd = ["-c", f"open({str(marker)!r}, 'a').write('x')"]
     stages.run("s", cmd, [str(marker)])
-    common.Stages(str(tmp_path), force=False).run("s", cmd, [str(marker)])
+    Stages(str(tmp_path), force=False).run("s", cmd, [str(marker)])
     assert marker.read_text() == "x"  # the same command and protocol: skipped
     stamp = tmp_path / "stages" / "s.json"
-    stamp.write_text(json.dumps(json.loads(stamp.read_text()) | {"protocol": common.PROTOCOL - 1}))
-    common.Stages(str(tmp_path), force=False).run("s", cmd, [str(marker)])
+    stamp.write_text(json.dumps(json.loads(stamp.read_text()) | {"protocol": PROTOCOL - 1}))
+    Stages(str(tmp_path), force=False).run("s", cmd, [str(marker)])
     assert marker.read_text() == "xx"  # measured under another protocol: run again
 
 
@@ -289,7 +288,7 @@ def test_evaluate_and_passkey_on_another_dataset_say_so_in_one_line(trained, tmp
     other = tmp_path / "other"
     docs = make_docs(6, seed=9)
     write_dataset(other, docs[:5], docs[5:], CharTokenizer.from_texts(["xyz\n"] + [t for _, t in docs]), {"corpus": "x"})
-    for script, extra in (("evaluate.py", ["--lengths=1"]), ("passkey.py", ["--lengths=1"])):
+    for script, extra in (("evaluate.py", ["--lengths=1"]), ("tools/passkey.py", ["--lengths=1"])):
         proc = run_script(script, f"--ckpts=a={trained}", f"--out_dir={tmp_path / script}", f"--dataset={other}",
                           *extra, check=False)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -299,10 +298,10 @@ def test_evaluate_and_passkey_on_another_dataset_say_so_in_one_line(trained, tmp
 def test_sweep_screen_trains_both_models_per_seed_and_tabulates_them(tmp_path):
     run_script("data/pystdlib/prepare.py")  # the tiny recipe reads the built-in corpus
     out = tmp_path / "sweep"
-    run_script("sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}")
+    run_script("tools/sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}")
     rows = json.loads((out / "screen.json").read_text())["rows"]
     assert {(r["seed"], r["pos_encoding"]) for r in rows} == {(1, "nope"), (1, "rope"), (2, "nope"), (2, "rope")}
     assert all(r["final_val_bpb"] > 0 for r in rows)
     assert "| tiny | pystdlib |" in (out / "screen.md").read_text()
-    again = run_script("sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}")
+    again = run_script("tools/sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}")
     assert again.stdout.count("done before, skipped") == 4

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import UserError, parse_config, run_main  # noqa: E402
+from tools.cli import UserError, parse_config, run_main  # noqa: E402
 from data import CharTokenizer, check_bpe_size, read_text, split_by_hash, train_bpe, write_dataset  # noqa: E402
 
 SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "lib2to3", "encodings", "__pycache__"}

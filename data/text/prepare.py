@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from common import UserError, parse_config, run_main  # noqa: E402
+from tools.cli import UserError, parse_config, run_main  # noqa: E402
 from data import (DATA_DIR, CharTokenizer, TiktokenTokenizer, check_bpe_size, gpt2_encoding,  # noqa: E402
                   read_text, split_by_hash, train_bpe, write_dataset)
 

@@ -1,10 +1,10 @@
 """
-What every script shares, in one place:
-  - configuration: a dataclass of defaults, a preset file, then --key=value overrides
-  - device and precision choice
-  - atomic JSON/CSV writes and the one-line progress report
-  - measuring a model: per-position loss (and attention entropy) on fixed windows
-The dataset format (reading train.bin/val.bin/meta.json, batches, windows) lives in data/__init__.py.
+The plumbing every script shares, none of it the paper's method:
+  - configuration: a dataclass of defaults, a preset file (config/NAME.py), then --key=value overrides
+  - device and precision (autocast, float16's gradient scaler)
+  - atomic text, JSON and CSV files (always UTF-8) and the one-line progress report
+  - one-line errors for bad input (UserError, run_main)
+The measurement lives in evaluate.py, the dataset format in data/__init__.py.
 """
 
 import ast
@@ -17,7 +17,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import time
 import typing
@@ -25,11 +24,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent
-# What a measurement means. Bump it when that changes (the start token, the windows, the
-# metrics): evaluate.py refuses to merge results of another version, and reproduce.py reruns
-# every stage whose stamp records another. 2: start token, disjoint eval/search windows.
-PROTOCOL = 2
+ROOT = Path(__file__).resolve().parents[1]  # the repository
 
 
 class UserError(Exception):
@@ -133,7 +128,7 @@ def load_preset(name, section):
         available = sorted(p.stem for p in (ROOT / "config").glob("*.py"))
         raise UserError(f"no preset {name!r} ({path}); available: {', '.join(available)}")
     sections = {}
-    for node in ast.parse(path.read_text(), filename=str(path)).body:
+    for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue  # a docstring
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
@@ -282,13 +277,14 @@ def grad_scaler(dtype):
 
 
 # -----------------------------------------------------------------------------
-# Files: every result is written atomically (temporary file, then rename)
+# Files: every result is written atomically (temporary file, then rename), in UTF-8 whatever the
+# locale (Windows' default would fail on the report's "λ")
 
 def atomic_write_text(path, text):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
 
 
@@ -305,50 +301,8 @@ def write_csv(path, rows, header):
 
 
 def read_json(path):
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         return json.load(f)
-
-
-# -----------------------------------------------------------------------------
-# Stages: a script run once and skipped afterwards (reproduce.py, sweep.py)
-
-class Stages:
-    """Runs `python cmd...` per stage unless it finished before with the same command and its
-    outputs exist. Once one stage runs, every later stage runs too (its inputs changed)."""
-
-    def __init__(self, out_dir, force):
-        self.dir, self.rerun, self.seconds = os.path.join(out_dir, "stages"), force, {}
-
-    def run(self, name, cmd, outputs, before=None):
-        stamp = os.path.join(self.dir, f"{name}.json")
-        done = read_json(stamp) if os.path.exists(stamp) else None
-        same = [c for c in cmd if c not in ("--resume", "--overwrite")]  # how a run starts is not what it is
-        if (not self.rerun and done and done["cmd"] == same and done.get("protocol") == PROTOCOL
-                and all(os.path.exists(p) for p in outputs)):
-            print(f"[{name}] done before, skipped ({format_seconds(done['seconds'])})")
-            self.seconds[name] = done["seconds"]
-            return
-        self.rerun = True
-        if before:
-            cmd = before(done, cmd)
-        print(f"[{name}] python {' '.join(cmd)}", flush=True)
-        t0 = time.time()
-        proc = subprocess.run([sys.executable, *cmd], cwd=ROOT)
-        if proc.returncode != 0:
-            raise UserError(f"stage {name!r} failed (exit {proc.returncode}); fix the cause and rerun: "
-                            "finished stages are kept")
-        self.seconds[name] = round(time.time() - t0, 1)
-        write_json(stamp, {"cmd": same, "protocol": PROTOCOL, "seconds": self.seconds[name]})
-
-
-def resume_or_restart(run_dir, force=False):
-    """A Stages `before` hook for a train.py stage: an interrupted run of the same command
-    continues (--resume); a finished run of another command starts over (--overwrite)."""
-    def before(done, cmd):
-        if not os.path.exists(os.path.join(run_dir, "ckpt.pt")):
-            return cmd
-        return cmd + (["--resume"] if done is None and not force else ["--overwrite"])
-    return before
 
 
 # -----------------------------------------------------------------------------
@@ -381,101 +335,4 @@ class Progress:
                   f"eta {format_seconds(eta)}"]
         return " | ".join(parts)
 
-
-# -----------------------------------------------------------------------------
-# Measuring: per-position loss and attention entropy on fixed windows
-
-def _losses(model, x, y, ctx, mask_window, entropy, chunk):
-    """Per-token losses (B, T) and, with entropy, per-layer (B, n_head, T) entropies stacked
-    to (B, n_layer, n_head, T)."""
-    ent = [] if entropy else None
-    with ctx:
-        _, loss = model(x, y, window=mask_window, explicit=entropy, entropy=ent, chunk=chunk, reduction="none")
-    return loss.float(), (torch.stack(ent, dim=1) if entropy else None)
-
-
-def _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size):
-    """Each token reads only (about) its last `context` positions: positions < context come from
-    the window's first `context` positions; later ones from sub-windows of `context` positions
-    that end at them, stride s = context/8, each scoring its last s positions (so every scored
-    token sees between 7/8 and all of `context` positions). A model trained with the start token
-    never saw text without it, so each of its sub-windows is the start token (the window's
-    position 0) and the last context - 1 tokens. Positions restart at 1 in every sub-window, so
-    a length-following lambda (model.py's head_scale_log) sees only i <= context: this is how a
-    model reading only its last `context` positions behaves. Costs about 8x a plain pass."""
-    B, T = x.shape
-    loss, ent = _losses(model, x[:, :context], y[:, :context], ctx, None, entropy, chunk)
-    losses, ents = [loss], [ent]
-    s = max(1, context // 8)
-    ends = [min(c + s, T) for c in range(context, T, s)]      # each sub-window ends here (exclusive)
-    starts = [e - context for e in ends]
-    if getattr(model.config, "bos", False):  # [start token, last context - 1 tokens]
-        xs = torch.cat([torch.cat([x[:, :1], x[:, a + 1:e]], 1) for a, e in zip(starts, ends)])
-    else:
-        xs = torch.cat([x[:, a:e] for a, e in zip(starts, ends)])  # (B * K, context), sub-window-major
-    ys = torch.cat([y[:, a:e] for a, e in zip(starts, ends)])
-    parts = [_losses(model, xs[i:i + batch_size], ys[i:i + batch_size], ctx, None, entropy, chunk)
-             for i in range(0, xs.size(0), batch_size)]
-    sub_loss = torch.cat([p[0] for p in parts]).view(len(ends), B, context)
-    sub_ent = torch.cat([p[1] for p in parts]).view(len(ends), B, *parts[0][1].shape[1:]) if entropy else None
-    prev = context
-    for k, e in enumerate(ends):  # keep the positions prev..e-1, the tail of sub-window k
-        losses.append(sub_loss[k][:, context - (e - prev):])
-        if entropy:
-            ents.append(sub_ent[k][..., context - (e - prev):])
-        prev = e
-    return torch.cat(losses, dim=1), (torch.cat(ents, dim=-1) if entropy else None)
-
-
-@torch.no_grad()
-def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=None, context_mode="recompute",
-            entropy=False, chunk=256):
-    """Run model over windows (k, n+1) tokens: inputs are the first n, targets the last n.
-    context: each token reads at most its last `context` positions (with the start token:
-    the token and the last context - 1 positions), by recomputation over
-    sub-windows (context_mode="recompute", exact: the model sees only those tokens) or by a
-    sliding-window attention mask in every layer ("mask": through the layers information
-    still flows from further back; a model trained with the start token keeps it visible).
-    Sums are kept in float32 on the model's device (Apple's MPS has no float64).
-    Returns {'loss': (n,) mean loss per position in nats, 'tokens': k * n,
-             'entropy': (n_layer, n_head, n) mean attention entropy in bits, or None}.
-    Uses the fused SDPA path unless entropy is asked for."""
-    model.eval()
-    device = next(model.parameters()).device
-    k, n = windows.size(0), windows.size(1) - 1
-    loss_sum = torch.zeros(n, device=device)  # float32
-    ent_sum = None
-    for b in range(0, k, batch_size):
-        xy = windows[b:b + batch_size].to(device)
-        x, y = xy[:, :-1], xy[:, 1:]
-        if context and context < n and context_mode == "recompute":
-            loss, ent = _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size)
-        else:
-            loss, ent = _losses(model, x, y, ctx, context if context_mode == "mask" else None, entropy, chunk)
-        loss_sum += loss.sum(0)                                    # (n,)
-        if entropy:
-            e = ent.float().sum(0)                                 # (n_layer, n_head, n)
-            ent_sum = e if ent_sum is None else ent_sum + e
-    out = {"loss": (loss_sum / k).cpu().numpy().astype("float64"), "tokens": k * n, "windows": k, "entropy": None}
-    if entropy:
-        out["entropy"] = (ent_sum / k).cpu().numpy().astype("float64")
-    return out
-
-
-def default_tail(train_len):
-    """The paper scores the last 256 tokens of each window at L = 2048, i.e. L/8;
-    for small L we keep that proportion (at least 1 token, at most 256)."""
-    return int(min(256, max(1, train_len // 8)))
-
-
-def length_list(multiples, train_len):
-    """Lengths given in units of the training length L (e.g. 1, 1.5, 2, 4) -> tokens."""
-    out = []
-    for v in multiples:
-        if v <= 0:
-            raise UserError(f"lengths are multiples of L and must be > 0, got {v:g}")
-        n = int(round(v * train_len))
-        if n not in out:
-            out.append(n)
-    return out
 

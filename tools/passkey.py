@@ -1,8 +1,8 @@
 """
 Passkey retrieval: can a model still find one 5-digit number hidden far back?
 
-    python passkey.py --ckpts=nope=out/nope_pk/ckpt.pt,rope=out/rope_pk/ckpt.pt --out_dir=out/passkey
-    python passkey.py --out_dir=out/passkey --plot_only
+    python tools/passkey.py --ckpts=nope=out/nope_pk/ckpt.pt,rope=out/rope_pk/ckpt.pt --out_dir=out/passkey
+    python tools/passkey.py --out_dir=out/passkey --plot_only
 
 Models learn the skill from train.py --passkey_frac (ordinary text mixed with passkey examples
 at the training length L). For each length n (the prompt and its answer fill n tokens) and
@@ -15,16 +15,21 @@ markdown table.
 """
 
 import os
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
 
-import plot
-from common import (UserError, atomic_write_text, autocast, length_list, parse_ckpts, parse_config, pick_device,
-                    pick_dtype, read_json, run_main, write_csv, write_json)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/passkey.py: find the project
+
 from data import Dataset
+from evaluate import length_list
 from model import load_checkpoint
+from tools import plot
+from tools.cli import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config, pick_device, pick_dtype,
+                       read_json, run_main, write_csv, write_json)
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """
 Which of the paper's findings hold in one or more runs of reproduce.py (one per seed).
 
-    python findings.py out/study                       # one run
-    python findings.py out/sweep/cpu_s1337 out/sweep/cpu_s1338 --name=cpu --out=out/sweep/cpu.json
+    python tools/findings.py out/study                       # one run
+    python tools/findings.py out/sweep/cpu_s1337 out/sweep/cpu_s1338 --name=cpu --out=out/sweep/cpu.json
 
 Reads only the files the study wrote. The criteria are fixed here, before looking at any
 result, and are never tuned to make a finding pass:
@@ -32,11 +32,14 @@ Besides the findings, two measured effects (no threshold), both on the same wind
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from common import UserError, parse_config, read_json, run_main, write_json
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/findings.py: find the project
+
 from evaluate import excess
+from tools.cli import UserError, parse_config, read_json, run_main, write_json
 
 DELTA = 0.1          # nats above the in-distribution loss that count as "degraded"
 ENTROPY_DELTA = 0.1  # bits above the in-distribution entropy trend
@@ -193,7 +196,7 @@ def main():
     runs = [a for a in sys.argv[1:] if not a.startswith("-")]
     cfg = parse_config(FindingsConfig, [a for a in sys.argv[1:] if a.startswith("-")], description=__doc__)
     if not runs:
-        raise UserError("give one or more study folders: python findings.py out/study [out/study_seed2 ...]")
+        raise UserError("give one or more study folders: python tools/findings.py out/study [out/study_seed2 ...]")
     for r in runs:
         if not os.path.exists(os.path.join(r, "eval", "results.json")):
             raise UserError(f"{r} holds no finished study (eval/results.json missing); run reproduce.py first")

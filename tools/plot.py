@@ -2,9 +2,9 @@
 Every figure of the project, drawn from saved files alone: no model is loaded, nothing is
 measured here, so a figure can be changed and redrawn in seconds.
 
-    python plot.py --study=out/study              # all of a study's figures (eval/, scales/, passkey/)
-    python plot.py --eval_dir=out/eval --search_dir=out/nope/scales
-    python plot.py --screen=out/sweep/screen.json # the recipe screen: the gap at L against tokens
+    python tools/plot.py --study=out/study              # all of a study's figures (eval/, scales/, passkey/)
+    python tools/plot.py --eval_dir=out/eval --search_dir=out/nope/scales
+    python tools/plot.py --screen=out/sweep/screen.json # the recipe screen: the gap at L against tokens
 
 evaluate.py --plot_only, passkey.py and sweep.py --screen call the same functions. A method has
 one colour and line style in every figure (STYLE below): one colour per family (NoPE, RoPE and
@@ -17,11 +17,15 @@ is skipped with one line saying what is missing.
 import csv
 import os
 import re
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from common import UserError, parse_config, read_json, run_main
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/plot.py: find the project
+
+from tools.cli import UserError, parse_config, read_json, run_main
 
 # Okabe & Ito (2008): distinguishable with every common colour-vision deficiency
 BLUE, SKY, VERMILLION, ORANGE, GREEN, PURPLE, YELLOW, BLACK = (

@@ -1,9 +1,9 @@
 """
 What every stage costs on this device, against the device's own measured matmul rate.
 
-    python bench.py                          # CPU preset shapes on the current device
-    python bench.py --preset=gpu             # GPU preset shapes (on a GPU: bf16; --compile to compare)
-    python bench.py --preset=gpu --batch_size=4 --steps=3    # GPU shapes, a few steps on a CPU
+    python tools/bench.py                          # CPU preset shapes on the current device
+    python tools/bench.py --preset=gpu             # GPU preset shapes (on a GPU: bf16; --compile to compare)
+    python tools/bench.py --preset=gpu --batch_size=4 --steps=3    # GPU shapes, a few steps on a CPU
 
 Measures, on random tokens (no dataset needed):
   - the device's matmul rate: a square product in the precision the model runs in (fp32 on CPU
@@ -24,12 +24,16 @@ import platform
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
-from common import (UserError, autocast, grad_scaler, length_list, load_preset, parse_config, pick_device,
-                    pick_dtype, run_main, write_json)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/bench.py: find the project
+
+from evaluate import length_list, measure
 from model import GPT, GPTConfig
+from tools.cli import (UserError, autocast, grad_scaler, load_preset, parse_config, pick_device, pick_dtype,
+                       run_main, write_json)
 
 
 @dataclass
@@ -140,7 +144,6 @@ def eval_child(args, queue):
     mcfg, n, windows, batch, entropy, device, dtype = args
     torch.manual_seed(0)
     model = GPT(GPTConfig(**mcfg)).to(device).eval()
-    from common import measure
     x = torch.randint(0, mcfg["vocab_size"], (windows, n + 1))
     ctx = autocast(device, dtype)
     measure(model, x[:1, :65], 1, ctx, entropy=entropy)  # warm up kernels before the baseline
@@ -212,7 +215,6 @@ def main():
           f"{full * 1e3:.0f} ms ({100 * fit / full:.0f}%)")
 
     # one point of the uniform grid: the search's windows at 4L, forward only
-    from common import measure
     x = torch.randint(0, mcfg.vocab_size, (cfg.grid_windows, n4 + 1))
     grid = timed(lambda: measure(model, x, cfg.eval_batch, ctx), device, reps=1, warmup=1)
     res["grid_point"] = {"length": n4, "windows": cfg.grid_windows, "seconds": grid}

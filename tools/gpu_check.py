@@ -1,9 +1,9 @@
 """
 The project's own GPU check: every script on one CUDA card, then the gpu-preset study, in one budget.
 
-    python gpu_check.py --out_dir=out/gpu_check --budget=540          # on a card: about 9 minutes
-    python gpu_check.py --smoke=false --study_args=seed=1338,passkey=true  # the study alone, other settings
-    python gpu_check.py --trial                                       # any machine: the same steps on the
+    python tools/gpu_check.py --out_dir=out/gpu_check --budget=540          # on a card: about 9 minutes
+    python tools/gpu_check.py --smoke=false --study_args=seed=1338,passkey=true  # the study alone, other settings
+    python tools/gpu_check.py --trial                                       # any machine: the same steps on the
                                                                       # CPU, tiny shapes, about a minute
 Steps, each a command of the project's own, in this order:
   smoke  every script at the tiny preset: reproduce.py (--logscale; train, search_scales, evaluate, plot,
@@ -14,7 +14,7 @@ Each command's output goes to OUT/logs/NAME.log as it runs; its run's small file
 not the checkpoints, which stay in --work_dir) are copied to OUT/runs/NAME every 15 s and when it ends,
 and OUT/check.json is rewritten after every command, so a time-out loses nothing that finished.
 check.json holds each command's exit status, seconds and the peak CUDA memory of every process it ran
-(torch.cuda.max_memory_allocated, written by common.run_main when NANONOPE_MEMORY_LOG is set).
+(torch.cuda.max_memory_allocated, written by tools/cli.run_main when NANONOPE_MEMORY_LOG is set).
 The trial (--trial) hides the card (CUDA_VISIBLE_DEVICES=''), shrinks every shape, lets the tiny study
 stand for the smoke study and skips torch.compile (on a CPU it takes minutes and needs a C++ compiler):
 it checks the check, not the card. Its time is mostly the ~16 processes each starting torch (~2 s here).
@@ -29,8 +29,11 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from common import MEMORY_LOG, ROOT, UserError, format_seconds, parse_config, read_json, run_main, write_json
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/gpu_check.py: find the project
+
+from tools.cli import MEMORY_LOG, ROOT, UserError, format_seconds, parse_config, read_json, run_main, write_json
 
 SMALL = (".json", ".csv", ".md", ".png", ".txt", ".log")  # what comes back; checkpoints (.pt) stay
 # The gpu-preset study on one H200 (docs/gpu/, 2026-12-04), to size its steps to the time left:
@@ -202,7 +205,7 @@ def main():
         n = ds.passkey().shortest()  # the first length at which a passkey example fits
         chk.run("passkey_train", ["train.py", *tiny, f"--out_dir={w}/passkey_train", f"--block_size={n}",
                                   "--passkey_frac=0.5", "--max_iters=20", "--overwrite"], run_dir=f"{w}/passkey_train")
-        chk.run("passkey", ["passkey.py", f"--ckpts=nope={w}/passkey_train/ckpt.pt", f"--out_dir={w}/passkey",
+        chk.run("passkey", ["tools/passkey.py", f"--ckpts=nope={w}/passkey_train/ckpt.pt", f"--out_dir={w}/passkey",
                             "--lengths=1,2", "--keys=2", "--depths=2", *data], run_dir=f"{w}/passkey")
         prompt = [] if cfg.dataset else ["--start=def main():"]  # another corpus may not spell it
         chk.run("sample", ["sample.py", f"--ckpt={w}/passkey_train/ckpt.pt", *prompt, "--max_new_tokens=60",
@@ -211,10 +214,10 @@ def main():
                 run_dir=f"{w}/ddp", launcher=["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=1"])
         shapes = (["--preset=tiny", "--steps=2", "--eval_lengths=1", "--eval_windows=2", "--grid_windows=2",
                    "--matmul_size=256"] if cfg.trial else ["--preset=gpu", "--eval_lengths=1,16"])
-        chk.run("bench_eager", ["bench.py", *shapes, f"--out_dir={w}/bench_eager"], run_dir=f"{w}/bench_eager")
+        chk.run("bench_eager", ["tools/bench.py", *shapes, f"--out_dir={w}/bench_eager"], run_dir=f"{w}/bench_eager")
         bench_json = f"{w}/bench_eager/bench_{'tiny_cpu' if cfg.trial else 'gpu_cuda'}.json"
         if not cfg.trial:  # compiled: the step time the study's trainings will have
-            chk.run("bench_compiled", ["bench.py", "--preset=gpu", "--compile=true", "--eval_lengths=1", "--steps=20",
+            chk.run("bench_compiled", ["tools/bench.py", "--preset=gpu", "--compile=true", "--eval_lengths=1", "--steps=20",
                                        f"--out_dir={w}/bench_compiled"], run_dir=f"{w}/bench_compiled")
             if os.path.exists(f"{w}/bench_compiled/bench_gpu_cuda.json"):
                 bench_json = f"{w}/bench_compiled/bench_gpu_cuda.json"

@@ -1,0 +1,116 @@
+"""
+A study's stages (reproduce.py, tools/sweep.py): each a run of one of the project's scripts,
+skipped when it finished before with the same inputs. A stage's stamp, OUT/stages/NAME.json,
+records what decides its result:
+  - the command, with paths inside the study folder written relative to it (a moved study is
+    the same study, not a new one)
+  - the preset section the script reads (a teacher who edits config/cpu.py reruns what it changes)
+  - a fingerprint of the project's .py files the script imports (a student who edits model.py
+    reruns every stage that runs it); not the README, not the tests
+  - the measurement protocol (evaluate.PROTOCOL)
+A stage that runs again says which of these changed. Once one stage runs, every later stage runs
+too: its inputs may have changed.
+"""
+
+import ast
+import hashlib
+import os
+import subprocess
+import sys
+import time
+
+from evaluate import PROTOCOL
+from tools.cli import ROOT, UserError, format_seconds, load_preset, read_json, write_json
+
+# the preset section each script reads (config/NAME.py)
+SECTIONS = {"train.py": "train", "search_scales.py": "search_scales", "evaluate.py": "evaluate",
+            "tools/passkey.py": "passkey"}
+
+
+def project_sources(script):
+    """The project's .py files `script` (relative to the repository) imports, itself included,
+    found by reading their import statements (lazy imports inside functions too)."""
+    seen, todo = set(), [ROOT / script]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]  # `from tools import plot`
+            else:
+                continue
+            for name in names:
+                base = ROOT.joinpath(*name.split("."))
+                todo += [base.with_suffix(".py"), base / "__init__.py"]
+    return sorted(str(p.relative_to(ROOT).as_posix()) for p in seen)
+
+
+def fingerprint(cmd, study):
+    """What decides a stage's result (module docstring), as a JSON-ready dict."""
+    script = cmd[0] if cmd and cmd[0].endswith(".py") else None
+    code = {f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest()[:16] for f in project_sources(script)} if script else {}
+    preset = next((a.partition("=")[2] for a in cmd if a.startswith("--preset=")), "")
+    section = load_preset(preset, SECTIONS[script]) if preset and script in SECTIONS else {}
+    same = [c for c in cmd if c not in ("--resume", "--overwrite")]  # how a run starts is not what it is
+    same = [c.replace(study, "$STUDY") for c in same]
+    return {"cmd": same, "preset": {"name": preset, "section": section}, "code": code, "protocol": PROTOCOL}
+
+
+def what_changed(done, now):
+    if done is None:
+        return "first run"
+    if done.get("protocol") != now["protocol"]:
+        return f"the measurement protocol changed ({done.get('protocol')} -> {now['protocol']})"
+    if done.get("cmd") != now["cmd"]:
+        return "the command changed"
+    if done.get("preset") != now["preset"]:
+        return f"config/{now['preset']['name']}.py changed"
+    code = done.get("code") or {}
+    changed = sorted(f for f in set(code) | set(now["code"]) if code.get(f) != now["code"].get(f))
+    return f"{', '.join(changed)} changed" if changed else None
+
+
+class Stages:
+    """Runs `python cmd...` per stage unless it finished before with the same inputs and its
+    outputs exist."""
+
+    def __init__(self, out_dir, force):
+        self.study = os.path.abspath(out_dir)
+        self.dir, self.seconds = os.path.join(self.study, "stages"), {}
+        self.rerun = "--force" if force else None  # why every later stage runs
+
+    def run(self, name, cmd, outputs, before=None):
+        stamp = os.path.join(self.dir, f"{name}.json")
+        done = read_json(stamp) if os.path.exists(stamp) else None
+        now = fingerprint(cmd, self.study)
+        why = self.rerun or what_changed(done, now) or (None if all(os.path.exists(p) for p in outputs)
+                                                         else "an output is missing")
+        if why is None:
+            print(f"[{name}] done before, skipped ({format_seconds(done['seconds'])})")
+            self.seconds[name] = done["seconds"]
+            return
+        self.rerun = self.rerun or f"an earlier stage ({name}) ran"
+        if before:
+            cmd = before(done, cmd)
+        print(f"[{name}] runs ({why}): python {' '.join(cmd)}", flush=True)
+        t0 = time.time()
+        proc = subprocess.run([sys.executable, *cmd], cwd=ROOT)
+        if proc.returncode != 0:
+            raise UserError(f"stage {name!r} failed (exit {proc.returncode}); fix the cause and rerun: "
+                            "finished stages are kept")
+        self.seconds[name] = round(time.time() - t0, 1)
+        write_json(stamp, now | {"seconds": self.seconds[name]})
+
+
+def resume_or_restart(run_dir, force=False):
+    """A Stages `before` hook for a train.py stage: an interrupted run of the same command
+    continues (--resume); a finished run of another command starts over (--overwrite)."""
+    def before(done, cmd):
+        if not os.path.exists(os.path.join(run_dir, "ckpt.pt")):
+            return cmd
+        return cmd + (["--resume"] if done is None and not force else ["--overwrite"])
+    return before
