@@ -44,8 +44,7 @@ class GPTConfig:
     yarn_alpha: float = 1.0      # YaRN: dimensions with fewer than alpha rotations in L are interpolated
     yarn_beta: float = 32.0      # YaRN: dimensions with more than beta rotations in L are left alone
     bos: bool = False            # inputs begin with the start token (data/); a sliding-window mask keeps it
-                                 # visible, like StreamingLLM's attention sink. train.py sets it (default on);
-                                 # a checkpoint from before the token existed reads as False
+                                 # visible, like StreamingLLM's attention sink. train.py sets it (default on)
 
     def __post_init__(self):
         if self.pos_encoding not in POS_ENCODINGS:
@@ -353,13 +352,14 @@ class GPT(nn.Module):
                 idx_cond = (torch.cat([idx[:, :1], idx[:, idx.size(1) - (window - 1):]], 1) if self.config.bos
                             else idx[:, -window:])
             logits, _ = self(idx_cond)
-            logits = logits[:, -1, :] / max(temperature, 1e-6)
-            if top_k is not None:
-                v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                logits[logits < v[:, [-1]]] = -float("inf")
-            if temperature <= 0:
+            logits = logits[:, -1, :].float()  # (B, vocab_size)
+            if temperature <= 0:  # greedy (passkey.py scores it)
                 idx_next = logits.argmax(-1, keepdim=True)
             else:
+                logits = logits / temperature
+                if top_k is not None:
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits[logits < v[:, [-1]]] = -float("inf")
                 idx_next = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
@@ -402,6 +402,9 @@ def load_checkpoint(path, device="cpu", **config_overrides):
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
         raise CheckpointError(f"{path} is not a nanoNoPE checkpoint (no 'model'/'model_args'); "
                               "use one written by train.py or search_scales.py")
+    if "bos" not in ckpt["model_args"]:
+        raise CheckpointError(f"{path} was written before the start token existed (an older nanoNoPE, whose "
+                              "measurements are not comparable): retrain it with this version")
     known = {f.name for f in fields(GPTConfig)}
     args = {k: v for k, v in ckpt["model_args"].items() if k in known}
     for k, v in config_overrides.items():

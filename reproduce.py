@@ -133,16 +133,16 @@ def main():
     os.makedirs(out, exist_ok=True)
     stages = Stages(out, cfg.force)
 
-    # 1. data (the built-in corpus is prepared again if it was prepared before the start token)
+    # 1. data (the built-in corpus is prepared the first time)
     cfg.dataset = cfg.dataset or load_preset(cfg.preset, "train").get("dataset", "pystdlib")
     meta = dataset_dir(cfg.dataset) / "meta.json"
-    if not meta.exists() or "bos_id" not in read_json(meta):
+    if not meta.exists():
         builtin = re.fullmatch(r"pystdlib(?:_bpe(\d+))?", cfg.dataset)  # the built-in corpus, char or BPE
         if builtin:
             bpe = ["--tokenizer=bpe", f"--vocab_size={builtin.group(1)}"] if builtin.group(1) else []
             subprocess.run([sys.executable, str(ROOT / "data" / "pystdlib" / "prepare.py"), *bpe], cwd=ROOT, check=True)
         else:
-            Dataset(cfg.dataset, bos=True)  # not prepared, or before the start token: raises, saying what to do
+            Dataset(cfg.dataset, bos=True)  # not prepared: raises, saying what to do
 
     # 2. train NoPE and RoPE
     overrides = [f"--{k}={getattr(cfg, k)}" for k in

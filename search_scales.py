@@ -169,12 +169,16 @@ def grid_search(model, ds, cfg, L, ctx):
         centers, per_bin = binned(per_pos, width)                   # (nb,), (n_lam, nb)
         best_pos = lams[per_bin.argmin(0)]
         a, r2 = fit_log_law(centers, best_pos, L)
-        i1 = int(np.argmin(np.abs(lams - 1.0)))
+        if 1.0 in lams:  # the plain model's loss: on the grid, or measured once more
+            at1 = per_pos[int(np.flatnonzero(lams == 1.0)[0])]
+        else:
+            model.set_head_scales(1.0)
+            at1 = measure(model, windows, cfg.batch_size, ctx)["loss"]
         summary[length_name(n / L)] = {
             "length": n, "windows": len(windows), "tokens": len(windows) * n, "tail_tokens": len(windows) * tail,
             "best_lam": float(lams[loss.argmin()]), "best_loss": float(loss.min()),
             "best_lam_tail": float(lams[tail_loss.argmin()]), "best_tail_loss": float(tail_loss.min()),
-            "loss_at_1": float(loss[i1]), "tail_loss_at_1": float(tail_loss[i1]),
+            "loss_at_1": float(at1.mean()), "tail_loss_at_1": float(at1[-tail:].mean()),
             "positions": centers.tolist(), "best_lam_per_position": best_pos.tolist(), "fit_a": a, "fit_r2": r2}
         s = summary[length_name(n / L)]
         print(f"{length_name(n / L):>4} (n={n}): best lam {s['best_lam']:.2f} loss {s['best_loss']:.4f} "
@@ -303,8 +307,20 @@ def main():
     print(f"{model.config.pos_encoding} model, L={L}, {model.config.n_layer} layers x {model.config.n_head} heads, "
           f"{'with' if ds.bos else 'without'} the start token, dataset {dataset}, device {device} {dtype}")
 
-    # --- 1. UniformScale: grid search -------------------------------------------------
+    # every input checked before any work: a fit started at the grid's lambda needs the grid there
     uniform_path = os.path.join(out, "uniform.json")
+    if cfg.rope_grid and model.config.pos_encoding != "rope":
+        raise UserError(f"--rope_grid needs a RoPE checkpoint; {cfg.ckpt} is {model.config.pos_encoding}")
+    gridded = ({length_name(n / L) for n in length_list(cfg.lengths, L)} if cfg.grid else set()) | (
+        set(read_json(uniform_path)["lengths"]) if os.path.exists(uniform_path) else set())
+    missing = [length_name(n / L) for n in length_list(cfg.fit_lengths, L) if length_name(n / L) not in gridded]
+    if cfg.init == 0 and missing:
+        raise UserError(f"the fit at {', '.join(missing)} starts from the grid there, which neither this run nor "
+                        f"{uniform_path} has: add it to --lengths, or give --init=VALUE")
+    if "grid" in cfg.set_log and not gridded:
+        raise UserError(f"--set_log=grid reads the grid's lambda(i) fit: run the grid (--grid=true) or give a number")
+
+    # --- 1. UniformScale: grid search -------------------------------------------------
     if cfg.grid:
         rows, summary, tail = grid_search(model, ds, cfg, L, ctx)
         write_csv(os.path.join(out, "grid.csv"), rows, ["length", "lam", "loss", "tail_loss"])
@@ -322,8 +338,6 @@ def main():
               f"{longest['length']}: a = {longest['fit_a']:.3f}, R2 = {longest['fit_r2']:.3f}")
 
     if cfg.rope_grid:
-        if model.config.pos_encoding != "rope":
-            raise UserError(f"--rope_grid needs a RoPE checkpoint; {cfg.ckpt} is {model.config.pos_encoding}")
         rows, best, tail = rope_factor_grid(model, ds, cfg, L, ctx)
         write_csv(os.path.join(out, "rope_grid.csv"), rows, ["method", "length", "factor", "loss", "tail_loss"])
         write_json(os.path.join(out, "rope_factors.json"), base | {"tail": tail, "select": cfg.select,

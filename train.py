@@ -105,6 +105,20 @@ def optimizer_step(model, optimizer, scaler, grad_clip):
     return norm
 
 
+def passkey_loss(model, x, y, passkey, n, g):
+    """The passkey stage's loss (--passkey_frac, reproduce.py stage 5): the first n rows of the
+    batch become passkey examples, scored on their answer alone; the answer's few tokens get a mean
+    of their own (among the text's they would barely count), added to the text rows' mean."""
+    B, T = x.shape
+    xy, is_answer = passkey.training_rows(n, T + 1, g)            # (n, T + 1) tokens, answer mask
+    x, y = x.clone(), y.clone()                                    # (B, T): x and y are views of one tensor
+    x[:n], y[:n] = xy[:, :-1].to(x.device), xy[:, 1:].to(x.device)
+    y[:n][~is_answer[:, 1:].to(x.device)] = -1                     # score only the answer in passkey rows
+    _, tok = model(x, y, reduction="none")                         # (B, T), 0 where y = -1
+    loss = tok[:n].sum() / (y[:n] >= 0).sum()
+    return loss + tok[n:].mean() if n < B else loss
+
+
 def check(cfg):
     for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters",
               "gradient_accumulation_steps", "eval_interval", "val_windows", "log_interval"):
@@ -116,26 +130,51 @@ def check(cfg):
         raise UserError(f"--learning_rate must be > 0, got {cfg.learning_rate}")
 
 
+# what --resume may change: how the run goes on, not what it trains (max_iters: see check_resume)
+RESUME_MAY_CHANGE = {"resume", "overwrite", "max_iters", "eval_interval", "log_interval", "device", "dtype",
+                     "compile", "preset"}
+
+
+def check_resume(cfg, saved, path, iter_num):
+    """--resume continues the same run: every setting that decides what is trained must be the
+    checkpoint's. How it runs (device, precision, compile, intervals) may change, and max_iters may
+    grow (the usual reason to resume): with lr_decay_iters=0 the cosine then ends at the new
+    max_iters, so the steps after the resume do not repeat a run that was that long from the start."""
+    differ = [f"{k}={saved.get(k)!r} (now {getattr(cfg, k)!r})" for k in TrainConfig.__dataclass_fields__
+              if k not in RESUME_MAY_CHANGE and saved.get(k) != getattr(cfg, k)]
+    if differ:
+        raise UserError(f"{path} was trained with {', '.join(differ)}: pass the same settings to resume, "
+                        "or start a new --out_dir")
+    if cfg.max_iters < iter_num:
+        raise UserError(f"{path} is at step {iter_num}, past --max_iters={cfg.max_iters}: nothing to resume")
+    if cfg.max_iters != saved.get("max_iters"):
+        print(f"resuming with max_iters {saved.get('max_iters')} -> {cfg.max_iters}"
+              + (": the cosine now ends at the new max_iters" if not cfg.lr_decay_iters else ""))
+
+
+def start_processes(cfg):
+    """One process, or one per card under torchrun (DDP: each takes cuda:LOCAL_RANK, nccl; or the
+    CPU with --device=cpu, gloo). Returns (ddp, rank, world, device)."""
+    if int(os.environ.get("RANK", -1)) == -1:
+        return False, 0, 1, pick_device(cfg.device)
+    rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    if cfg.device not in ("auto", "cuda", "cpu"):
+        raise UserError(f"under torchrun --device={cfg.device} cannot be honoured: each process takes "
+                        "cuda:LOCAL_RANK; use --device=auto, cuda or cpu (choose cards with CUDA_VISIBLE_DEVICES)")
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device=cuda but CUDA is not available here; use --device=auto")
+    cuda = torch.cuda.is_available() and cfg.device != "cpu"
+    init_process_group(backend="nccl" if cuda else "gloo")
+    device = f"cuda:{local_rank}" if cuda else "cpu"
+    if cuda:
+        torch.cuda.set_device(device)
+    return True, rank, world, device
+
+
 def main():
     cfg = parse_config(TrainConfig, section="train", description=__doc__)
     check(cfg)
-
-    # --- processes: one, or several under torchrun (DDP) ---------------------------------
-    ddp = int(os.environ.get("RANK", -1)) != -1
-    if ddp:
-        rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
-        if cfg.device not in ("auto", "cuda", "cpu"):  # each process takes its own card, cuda:LOCAL_RANK
-            raise UserError(f"under torchrun --device={cfg.device} cannot be honoured: each process takes "
-                            "cuda:LOCAL_RANK; use --device=auto, cuda or cpu (choose cards with CUDA_VISIBLE_DEVICES)")
-        if cfg.device == "cuda" and not torch.cuda.is_available():
-            raise UserError("--device=cuda but CUDA is not available here; use --device=auto")
-        cuda = torch.cuda.is_available() and cfg.device != "cpu"
-        init_process_group(backend="nccl" if cuda else "gloo")
-        device = f"cuda:{local_rank}" if cuda else "cpu"
-        if cuda:
-            torch.cuda.set_device(device)
-    else:
-        rank, world, device = 0, 1, pick_device(cfg.device)
+    ddp, rank, world, device = start_processes(cfg)
     master = rank == 0
     dtype = pick_dtype(cfg.dtype, device)
     ctx = autocast(device, dtype)
@@ -167,11 +206,7 @@ def main():
         if not os.path.exists(ckpt_path):
             raise UserError(f"--resume but {ckpt_path} does not exist; start without --resume")
         model, ckpt = load_checkpoint(ckpt_path, "cpu")
-        saved = {"bos": False} | ckpt.get("config", {})  # a run from before the start token had none
-        for k in MODEL_KEYS + ["init_from"]:
-            if saved.get(k) != getattr(cfg, k):
-                raise UserError(f"{ckpt_path} was trained with {k}={saved.get(k)}, not {getattr(cfg, k)}: pass "
-                                "the same settings to resume, or a new --out_dir")
+        check_resume(cfg, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"])
         Dataset.for_model(model.config, ckpt, cfg.dataset)  # the same text as before the interruption
         iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
         log_rows = [list(r.values()) for r in ckpt.get("log", [])]
@@ -255,22 +290,14 @@ def main():
         for micro in range(cfg.gradient_accumulation_steps):
             # batches depend only on (seed, rank, step, micro-step): a resumed run sees the same data
             g.manual_seed(cfg.seed * 1_000_003 + rank * 7_919 + iter_num * 101 + micro)
-            x, y = ds.get_batch("train", cfg.batch_size, cfg.block_size, g, device)
-            if passkey is not None:
-                xy, is_answer = passkey.training_rows(n_passkey, cfg.block_size + 1, g)
-                y = y.clone()  # x and y are views of one tensor
-                x[:n_passkey], y[:n_passkey] = xy[:, :-1].to(device), xy[:, 1:].to(device)
-                y[:n_passkey][~is_answer[:, 1:].to(device)] = -1  # score only the answer in passkey rows
+            x, y = ds.get_batch("train", cfg.batch_size, cfg.block_size, g, device)  # (B, T), (B, T)
             if ddp:  # sync gradients only on the last micro-step
                 model.require_backward_grad_sync = micro == cfg.gradient_accumulation_steps - 1
             with ctx:
                 if passkey is None:
                     _, loss = model(x, y)
-                else:  # the answer's few tokens get a mean of their own: among the text's they barely count
-                    _, tok = model(x, y, reduction="none")  # (B, T), 0 where y = -1
-                    loss = tok[:n_passkey].sum() / (y[:n_passkey] >= 0).sum()
-                    if n_passkey < cfg.batch_size:
-                        loss = loss + tok[n_passkey:].mean()
+                else:
+                    loss = passkey_loss(model, x, y, passkey, n_passkey, g)
             scaler.scale(loss / cfg.gradient_accumulation_steps).backward()
             loss_sum += loss.detach()
             loss_count += 1

@@ -321,10 +321,10 @@ class Dataset:
         except (ValueError, KeyError, TypeError):
             raise UserError(f"{meta_path} is damaged; prepare the dataset again: {self.prepare_hint}") from None
         self.name = name
-        self.bos_id = self.meta.get("bos_id")  # None: prepared before the start token existed
-        if bos and self.bos_id is None:
+        self.bos_id = self.meta.get("bos_id")
+        if self.bos_id is None:
             raise UserError(f"dataset {name!r} was prepared before the start token existed; prepare it again "
-                            f"({self.prepare_hint}), or use a model trained with --bos=false")
+                            f"({self.prepare_hint})")
         self.bos = bool(bos)
         self.tokens = {}
         for split in ("train", "val"):
@@ -348,11 +348,8 @@ class Dataset:
         name = name or recorded.get("name") or ckpt.get("config", {}).get("dataset")
         if not name:
             raise UserError("the checkpoint does not record its dataset; pass --dataset=NAME")
-        ds = cls(name, bos=getattr(model_config, "bos", False))
-        # a model trained before the start token existed has one id fewer (the token is the id
-        # after the last): it reads the re-prepared dataset as before, if the text is the same
-        old_vocab = not ds.bos and ds.bos_id is not None and model_config.vocab_size == ds.bos_id == ds.vocab_size - 1
-        if ds.vocab_size != model_config.vocab_size and not old_vocab:
+        ds = cls(name, bos=model_config.bos)
+        if ds.vocab_size != model_config.vocab_size:
             raise UserError(f"dataset {name!r} has {ds.vocab_size} token ids, the checkpoint {model_config.vocab_size}; "
                             "use the dataset it was trained on (--dataset=NAME)")
         sha, ours = recorded.get("sha256"), ds.meta.get("sha256")

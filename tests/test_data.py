@@ -192,7 +192,7 @@ def test_a_shortfall_of_windows_is_said_in_one_line(tiny_dataset, capsys):
     assert len(out) == 1 and f"only {len(w)}" in out[0] and "1000 asked" in out[0]
 
 
-def test_old_datasets_read_without_the_token_or_say_what_to_redo(tiny_dataset, tmp_path):
+def test_old_datasets_say_what_to_redo(tiny_dataset, tmp_path):
     import shutil
     old = tmp_path / "old"
     shutil.copytree(tiny_dataset, old)
@@ -200,10 +200,9 @@ def test_old_datasets_read_without_the_token_or_say_what_to_redo(tiny_dataset, t
     del meta["bos_id"]  # as prepared before the start token existed
     meta["vocab_size"] -= 1
     (old / "meta.json").write_text(json.dumps(meta))
-    ds = Dataset(str(old))
-    assert ds.bos_id is None and not ds.bos
-    with pytest.raises(UserError, match="prepared before the start token.*prepare it again"):
-        Dataset(str(old), bos=True)
+    for bos in (False, True):
+        with pytest.raises(UserError, match="prepared before the start token.*prepare it again"):
+            Dataset(str(old), bos=bos)
     (old / "meta.json").write_text("{not json")
     with pytest.raises(UserError, match="damaged; prepare the dataset again"):
         Dataset(str(old))
@@ -217,9 +216,6 @@ def test_for_model_checks_vocabulary_hash_and_mode(tiny_dataset):
     assert not Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size), ok).bos  # an old model: no token
     with pytest.raises(UserError, match="token ids, the checkpoint"):
         Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size + 3), ok)
-    # a model from before the start token (one id fewer) reads the re-prepared dataset as it was
-    old = Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size - 1), ok)
-    assert not old.bos and ds.bos_id == ds.vocab_size - 1
     with pytest.raises(UserError, match="token ids, the checkpoint"):
         Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size - 1, bos=True), ok)
     other = {"dataset": {"name": str(tiny_dataset), "sha256": "0" * 64}}

@@ -363,13 +363,15 @@ def test_a_sliding_window_keeps_the_start_token_visible():
     assert torch.equal(m, (j <= i) & ((j > i - W + 1) | (j == 0)))
 
 
-def test_old_checkpoints_read_as_trained_without_the_token(tmp_path):
+def test_checkpoints_from_before_the_start_token_are_one_clear_error(tmp_path):
+    from model import CheckpointError
     model = make("nope")
     save_checkpoint(tmp_path / "old.pt", model)
     ckpt = torch.load(tmp_path / "old.pt", weights_only=True)
     del ckpt["model_args"]["bos"]  # written before the field existed
     torch.save(ckpt, tmp_path / "old.pt")
-    assert load_checkpoint(tmp_path / "old.pt")[0].config.bos is False
+    with pytest.raises(CheckpointError, match="before the start token existed.*retrain"):
+        load_checkpoint(tmp_path / "old.pt")
     save_checkpoint(tmp_path / "new.pt", make("nope", bos=True))
     assert load_checkpoint(tmp_path / "new.pt")[0].config.bos is True
 

@@ -267,6 +267,13 @@ def test_sample_starts_with_the_token_and_takes_scales(trained, tmp_path, monkey
     assert bad.returncode == 2 and "does not exist" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
 
 
+def test_search_scales_checks_its_inputs_before_the_grid(trained, tmp_path):
+    proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", "--lengths=2",
+                      "--fit_lengths=4", check=False)
+    assert proc.returncode == 2 and "the fit at 4L starts from the grid there" in proc.stderr
+    assert not (tmp_path / "grid.csv").exists()  # nothing measured
+
+
 def test_a_stage_stamped_with_another_protocol_runs_again(tmp_path):
     from evaluate import PROTOCOL
     from tools.stages import Stages

@@ -47,7 +47,12 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_dataset, tmp_path):
     assert [r["val_loss"] for r in a] == [r["val_loss"] for r in b]
     # resuming with another model shape is refused
     proc = run_script("train.py", f"--out_dir={tmp_path / 'b'}", *common, "--n_embd=64", "--resume", check=False)
-    assert proc.returncode == 2 and "n_embd=32, not 64" in proc.stderr
+    assert proc.returncode == 2 and "n_embd=32 (now 64)" in proc.stderr
+    # ... and so is another seed, batch or learning rate: all named in one line
+    proc = run_script("train.py", f"--out_dir={tmp_path / 'b'}", *common, "--seed=7", "--learning_rate=1e-3",
+                      "--resume", check=False)
+    assert proc.returncode == 2 and "seed=1337 (now 7)" in proc.stderr and "learning_rate=0.002 (now 0.001)" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 def test_kill_mid_run_then_resume(tiny_dataset, tmp_path):

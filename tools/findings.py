@@ -53,12 +53,20 @@ def onset(positions, values, L, delta):
     return float(x[past[0]]) if len(past) else float("inf")
 
 
+def entropy_trend(positions, entropy, L):
+    """The log2-linear trend a + b log2(i) of a mean-entropy curve, fitted on L/4 <= i <= L:
+    what the entropy does in distribution. Past L, the curve's rise above it is the bend
+    (criterion 3; plot.py draws the same trend)."""
+    x, h = np.asarray(positions, dtype=np.float64), np.asarray(entropy, dtype=np.float64)
+    fit = (x >= L / 4) & (x <= L)
+    b, a = np.polyfit(np.log2(x[fit]), h[fit], 1)
+    return lambda i: a + b * np.log2(i)
+
+
 def entropy_onset(e, L):
     x = np.asarray(e["positions"])
     h = np.asarray(e["entropy_bits"]).mean((0, 1))  # mean over layers and heads
-    fit = (x >= L / 4) & (x <= L)
-    b, a = np.polyfit(np.log2(x[fit]), h[fit], 1)
-    excess = h - (a + b * np.log2(x))
+    excess = h - entropy_trend(x, h, L)(x)
     past = np.where((x > L) & (excess > ENTROPY_DELTA))[0]
     return float(x[past[0]]) if len(past) else float("inf")
 

@@ -55,12 +55,8 @@ def accuracy(model, pk, n, depth, keys, device, ctx):
     answers = [pk.answer(k).tolist() for k in keys]
     steps = max(len(a) for a in answers)
     prompts = torch.from_numpy(np.stack([pk.prompt(n - steps, depth, k) for k in keys])).to(device)
-    idx = prompts
-    for _ in range(steps):  # greedy, recomputing the whole prefix (no cache needed at these sizes)
-        with ctx:
-            logits, _ = model(idx)
-        idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    out = idx[:, n - steps:].tolist()
+    with ctx:
+        out = model.generate(prompts, steps, temperature=0)[:, n - steps:].tolist()  # greedy
     return sum(o[:len(a)] == a for o, a in zip(out, answers)) / len(keys)
 
 

@@ -25,7 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/plot.py: find the project
 
+from evaluate import excess, reference_of  # the one definition of a row's reference and excess
 from tools.cli import UserError, parse_config, read_json, run_main
+from tools.findings import entropy_trend  # criterion (3)'s trend, drawn as findings.py fits it
 
 # Okabe & Ito (2008): distinguishable with every common colour-vision deficiency
 BLUE, SKY, VERMILLION, ORANGE, GREEN, PURPLE, YELLOW, BLACK = (
@@ -103,20 +105,6 @@ def moving_average(values, width):
     i = np.arange(len(v))
     lo, hi = np.maximum(i - width // 2, 0), np.minimum(i + width - width // 2, len(v))
     return (c[hi] - c[lo]) / (hi - lo)
-
-
-def excess(results, name):
-    from evaluate import excess as ex  # the one definition (findings.py and the tables use it too)
-    return ex(results, name)
-
-
-def entropy_trend(positions, entropy, L):
-    """The log2-linear trend a + b log2(i) of a mean-entropy curve fitted on L/4 <= i <= L, as
-    findings.py's criterion (3) fits it: past L, the curve's rise above it is the bend."""
-    x, h = np.asarray(positions, dtype=np.float64), np.asarray(entropy, dtype=np.float64)
-    fit = (x >= L / 4) & (x <= L)
-    b, a = np.polyfit(np.log2(x[fit]), h[fit], 1)
-    return lambda i: a + b * np.log2(i)
 
 
 def best_rope_extension(results, n):
@@ -292,7 +280,7 @@ def families(F, results):
             F.skip(fn, "fewer than two of its rows" if len(rows) < 2 else "no length-following rows (--logscale)")
             continue
         fig, axes = F.plt.subplots(1, 2, figsize=(11, 4))
-        refs = {ref for n in rows for ref in [_reference(results, n)] if ref}
+        refs = {ref for n in rows for ref in [reference_of(results, n)] if ref}
         for name in rows + sorted(refs):
             m = methods[name]
             line(axes[0], m["lengths"], m["loss"], name, lw=1.4, ms=4)
@@ -313,11 +301,6 @@ def families(F, results):
         fig.suptitle(title)
         fig.tight_layout()
         F.save(fig, fn)
-
-
-def _reference(results, name):
-    from evaluate import reference_of
-    return reference_of(results, name)
 
 
 def position_loss(F, results, pos):
