@@ -313,7 +313,7 @@ class Dataset:
         if not meta_path.exists():
             raise UserError(f"dataset {name!r} is not prepared ({meta_path} missing); run: {self.prepare_hint}")
         try:
-            with open(meta_path) as f:
+            with open(meta_path, encoding="utf-8") as f:
                 self.meta = json.load(f)
             self.vocab_size = self.meta["vocab_size"]
             if not {"train", "val"} <= set(self.meta["splits"]) or "kind" not in self.meta["tokenizer"]:

@@ -40,9 +40,10 @@ def tiny_dataset(tmp_path_factory):
     return out
 
 
-def run_script(*args, timeout=300, check=True):
-    """Run `python SCRIPT args...` from the repo root; returns the CompletedProcess."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+def run_script(*args, timeout=300, check=True, env=None):
+    """Run `python SCRIPT args...` from the repo root (env: more environment variables); returns the
+    CompletedProcess."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **(env or {}))
     proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
     if check and proc.returncode != 0:

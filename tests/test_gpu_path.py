@@ -142,8 +142,16 @@ def test_gpu_check_trial_runs_every_step_on_the_cpu(tmp_path):
     ds = tmp_path / "data"
     write_dataset(ds, train, val, CharTokenizer.from_texts(t for _, t in train + val), {"corpus": "test"})
     out = tmp_path / "check"
-    proc = run_script("tools/gpu_check.py", "--trial", f"--out_dir={out}", f"--dataset={ds}", "--budget=400", timeout=600)
+    # every process it starts warns where a text file is opened in the locale's encoding (Windows'
+    # would fail on the report's "lambda"); none may be ours (matplotlib's own are not)
+    utf8 = {"PYTHONWARNDEFAULTENCODING": "1", "PYTHONWARNINGS": "default::EncodingWarning"}
+    proc = run_script("tools/gpu_check.py", "--trial", f"--out_dir={out}", f"--dataset={ds}", "--budget=400",
+                      timeout=600, env=utf8)
     assert "6 of 6 commands passed" in proc.stdout
+    logs = [proc.stderr] + [p.read_text(encoding="utf-8") for p in (out / "logs").glob("*.log")]
+    ours = [line for text in logs for line in text.splitlines()
+            if "EncodingWarning" in line and "site-packages" not in line and "/lib/python3" not in line]
+    assert not ours, ours[:3]
     res = json.loads((out / "check.json").read_text())
     assert [c["name"] for c in res["commands"]] == ["passkey_train", "passkey", "sample", "torchrun", "bench_eager",
                                                     "study"]

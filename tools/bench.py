@@ -105,7 +105,7 @@ def train_step_time(model, B, T, device, ctx, scaler, reps, params):
 
 
 def _status(field):
-    with open("/proc/self/status") as f:
+    with open("/proc/self/status", encoding="ascii") as f:
         for line in f:
             if line.startswith(field):
                 return int(line.split()[1]) * 1024
@@ -125,7 +125,7 @@ def _lifetime_peak():
 def rss_reset_peak():
     """Current resident memory, after resetting the kernel's peak (VmHWM) to it (Linux)."""
     try:
-        with open("/proc/self/clear_refs", "w") as f:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
             f.write("5")
         return _status("VmRSS:")
     except OSError:  # elsewhere: the process's lifetime peak, a coarser baseline

@@ -147,11 +147,12 @@ def machine(env):
             "  'capability': list(torch.cuda.get_device_capability()) if c else None,\n"
             "  'bf16_native': torch.cuda.is_bf16_supported(including_emulation=False) if c else None,\n"
             "  'memory_mb': torch.cuda.get_device_properties(0).total_memory // 2**20 if c else None}))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, encoding="utf-8",
+                         check=True)
     info = json.loads(out.stdout)
     try:
         info["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                        text=True).stdout.strip() or None
+                                        text=True, encoding="utf-8").stdout.strip() or None
     except OSError:
         info["commit"] = None
     return info | {"host": platform.node(), "cpus": os.cpu_count()}

@@ -374,7 +374,7 @@ def search_figures(F, search_dir, ent):
 
 def lambda_grid(F, search_dir, uni):
     L = uni["train_len"]
-    with open(os.path.join(search_dir, "grid.csv")) as f:
+    with open(os.path.join(search_dir, "grid.csv"), encoding="utf-8") as f:
         grid = list(csv.DictReader(f))
     fig, axes = F.plt.subplots(1, 2, figsize=(11, 4))
     ax = axes[0]
@@ -412,7 +412,7 @@ def lambda_grid(F, search_dir, uni):
 
 def head_table(F, search_dir, fn, ent):
     slopes = fn.startswith("headlog_")  # the slopes a_h of lambda_h(i) = 1 + a_h ln(max(i, L) / L)
-    with open(os.path.join(search_dir, fn)) as f:
+    with open(os.path.join(search_dir, fn), encoding="utf-8") as f:
         rows = [(int(r["layer"]), int(r["head"]), float(r["slope" if slopes else "scale"])) for r in csv.DictReader(f)]
     lam = np.zeros((max(r[0] for r in rows) + 1, max(r[1] for r in rows) + 1))
     for layer, head, v in rows:
@@ -502,7 +502,7 @@ def draw_passkey(out_dir, rows, avg, L):
 
 def passkey_rows(path):
     """passkey.csv -> [(method, length, depth, accuracy, n)]"""
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         return [(r["method"], int(r["length"]), float(r["depth"]), float(r["accuracy"]), int(r["n"]))
                 for r in csv.DictReader(f)]
 
