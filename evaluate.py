@@ -58,6 +58,7 @@ class EvalConfig:
     rope_factors: str = ""              # rope_factors.json of search_scales.py: best factor per length
                                         # ('' or a length not in it: factor n / L)
     entropy: bool = True                # attention entropy at the longest length (explicit path, same windows)
+    entropy_rows: list[str] = field(default_factory=list)  # with entropy: only these of --ckpts' names ('' = all)
     bin: int = 0                        # position bin width for curves (0 = L/16)
     samples: bool = True                # generate a text sample per model from a 3L-token prompt
     sample_tokens: int = 200            # tokens generated per sample
@@ -240,7 +241,8 @@ def evaluate_model(name, model, ds, cfg, L, ctx):
         # the longest length also gives the per-position curve and, on the explicit path in the
         # same pass, the attention entropy: loss and entropy from the same windows
         m = measure(model, windows, cfg.batch_size, ctx, context=window, context_mode=cfg.context_mode,
-                    entropy=cfg.entropy and longest, chunk=cfg.chunk)
+                    entropy=cfg.entropy and longest and (not cfg.entropy_rows or name in cfg.entropy_rows),
+                    chunk=cfg.chunk)
         res["lengths"].append(n)
         res["loss"].append(round(float(m["loss"].mean()), 5))
         res["bpb"].append(round(ds.bits_per_byte(m["loss"].mean(), windows), 5))  # compares tokenizers
@@ -354,6 +356,9 @@ def main():
     if cfg.rope_factors and not os.path.exists(cfg.rope_factors):
         raise UserError(f"--rope_factors={cfg.rope_factors} does not exist; run search_scales.py --rope_grid first")
     ckpts = parse_ckpts(cfg.ckpts)
+    unknown = [r for r in cfg.entropy_rows if r not in ckpts]
+    if unknown:
+        raise UserError(f"--entropy_rows names {', '.join(unknown)}, not among --ckpts ({', '.join(ckpts)})")
     device = pick_device(cfg.device)
     ctx = autocast(device, pick_dtype(cfg.dtype, device))
     models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}  # fail early on a bad one

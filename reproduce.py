@@ -44,7 +44,9 @@ from dataclasses import dataclass, field
 from data import Dataset, dataset_dir
 from evaluate import length_name
 from tools.cli import ROOT, UserError, atomic_write_text, format_seconds, load_preset, parse_config, read_json, run_main
+from tools.plot import ENTROPY_ROWS
 from tools.stages import Stages, resume_or_restart
+from train import TrainConfig
 
 
 @dataclass
@@ -148,6 +150,12 @@ def main():
     overrides = [f"--{k}={getattr(cfg, k)}" for k in
                  ("block_size", "max_iters", "n_layer", "n_head", "n_embd", "batch_size", "learning_rate", "seed")
                  if getattr(cfg, k)]
+    preset = load_preset(cfg.preset, "train")
+    steps, batch, T = (getattr(cfg, k) or preset.get(k, getattr(TrainConfig, k))
+                       for k in ("max_iters", "batch_size", "block_size"))
+    text = len(Dataset(cfg.dataset).tokens["train"])
+    print(f"each model reads {steps * batch * T / text:.3g} passes over the {text:,} training tokens of "
+          f"{cfg.dataset} (train.py warns if one memorises them)", flush=True)
     for a in cfg.train_args:
         if "=" not in a or a.startswith("-"):
             raise UserError(f"--train_args takes KEY=VALUE pairs of train.py settings, got {a!r}")
@@ -221,7 +229,10 @@ def main():
     def fresh_eval(done, cmd):  # results.json merges by method: start it afresh
         shutil.rmtree(ev, ignore_errors=True)
         return cmd
-    stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", *eval_common],
+    def entropy_of(rows):  # attention entropy only for the rows a figure draws (an explicit pass each)
+        names = [m.split("=")[0] for m in rows if m.split("=")[0] in ENTROPY_ROWS]
+        return [f"--entropy_rows={','.join(names)}"] if names else ["--entropy=false"]
+    stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", *entropy_of(methods), *eval_common],
                [os.path.join(ev, "results.json")], fresh_eval)
     if cfg.rope_baselines:
         for m in ("pi", "ntk", "yarn"):
@@ -233,7 +244,7 @@ def main():
     if cfg.notoken:
         window_methods += f",nope_notoken_window_L={os.path.join(out, 'nope_notoken', 'ckpt.pt')}"
     stages.run("evaluate_window", ["evaluate.py", f"--ckpts={window_methods}", f"--context={L}", "--samples=false",
-                                   *eval_common], [os.path.join(ev, "results.json")])
+                                   "--entropy=false", *eval_common], [os.path.join(ev, "results.json")])
 
     # 5. passkey retrieval. The models learn the skill by fine-tuning on text mixed with passkey
     # examples at L; then, as in the paper, the NoPE remedies are fitted on the LM loss alone
@@ -291,7 +302,8 @@ def main():
                        f"nope_headscale_log_{lg}={os.path.join(scales, f'headlog_{lg}.pt')}"]
         log_methods += [f"nope_headscale_{length_name(k)}={os.path.join(scales, f'head_{length_name(k)}.pt')}" for k in more]
         stages.run("evaluate_logscale", ["evaluate.py", f"--ckpts={','.join(log_methods)}", "--samples=false",
-                                         *eval_common], [os.path.join(ev, "results.json")])
+                                         *entropy_of(log_methods), *eval_common],
+                   [os.path.join(ev, "results.json")])
 
     # 6. the figures, drawn from the saved files (cheap: always redrawn), and the report
     subprocess.run([sys.executable, "tools/plot.py", f"--study={out}"], cwd=ROOT, check=True)

@@ -18,5 +18,7 @@ train = dict(
 
 reproduce = dict(
     lengths=[1, 2, 4, 8],    # evaluation lengths, units of L (cpu_long adds 16L)
-    passkey=False,           # passkey fine-tuning costs ~10 minutes: it runs in cpu_long
+    passkey=False,           # passkey fine-tuning costs ~10 minutes: --passkey=true (or cpu_long) adds it
+    notoken=False,           # NoPE without the start token, one more training: --notoken=true adds it
+    rope_baselines=False,    # PI, NTK-aware, YaRN zero-shot and PI, YaRN fine-tuned: --rope_baselines=true
 )

@@ -283,7 +283,18 @@ def write_dataset(out_dir, train_docs, val_docs, tokenizer, source):
     tr, va = meta["splits"]["train"], meta["splits"]["val"]
     print(f"wrote {out_dir}: vocab {vocab_size}, train {tr['tokens']:,} tokens in {tr['documents']} docs, "
           f"val {va['tokens']:,} tokens in {va['documents']} docs")
+    print("evaluation windows the val split gives (evaluate.py scores up to 64 per length): "
+          + "; ".join(f"L = {L}: {eval_windows(va['doc_lengths'], L)} at L, {eval_windows(va['doc_lengths'], 8 * L)} "
+                      f"at 8L" for L in (128, 512)))
     return meta
+
+
+def eval_windows(doc_lengths, length):
+    """How many windows of `length` positions Dataset.windows can give the "eval" subset: the
+    non-overlapping windows inside each document (a window takes length + 1 tokens), every other
+    slot (the odd ones go to the scale search)."""
+    slots = sum(max((n - 1) // length, 0) for n in doc_lengths)
+    return (slots + 1) // 2
 
 
 def split_by_hash(names, val_fraction):

@@ -378,3 +378,11 @@ def test_bpe_without_rustbpe_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "rustbpe", None)  # import rustbpe now raises ImportError
     with pytest.raises(UserError, match="pip install rustbpe"):
         train_bpe(["some text"], 300)
+
+
+def test_prepare_counts_the_evaluation_windows_it_can_give(tiny_dataset):
+    from data import Dataset, eval_windows
+    ds = Dataset(str(tiny_dataset))
+    lengths = ds.meta["splits"]["val"]["doc_lengths"]
+    for n in (16, 100, 1000):  # as many as Dataset.windows hands the evaluation, never more
+        assert eval_windows(lengths, n) == len(ds.windows(n, 10_000, subset="eval"))

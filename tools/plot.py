@@ -33,6 +33,9 @@ from tools.findings import entropy_trend  # criterion (3)'s trend, drawn as find
 BLUE, SKY, VERMILLION, ORANGE, GREEN, PURPLE, YELLOW, BLACK = (
     "#0072B2", "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#CC79A7", "#F0E442", "#000000")
 OLIVE = "#8F7F00"  # the length-following rows: a darker yellow, readable on white
+# the rows whose attention entropy a figure draws (evaluate.py --entropy_rows: reproduce.py measures
+# entropy for these alone, as each costs an explicit-softmax pass at the longest length)
+ENTROPY_ROWS = ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headscale_log_4L", "nope_notoken")
 SMOOTH = 4         # per-position curves: a moving average over L/SMOOTH positions (the paper: 100 at
                    # L = 2048 over far more text; our 64 windows a length need a wider one)
 
@@ -209,7 +212,7 @@ def hero(F, results, pos, ent):
             ha="right", va="bottom", fontsize=7, color="gray")
     # (b) attention entropy above the trend NoPE follows up to L
     ax = axes[1]
-    rows = [r for r in ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headscale_log_4L") if r in ent]
+    rows = [r for r in ENTROPY_ROWS if r in ent and r != "nope_notoken"]
     if "nope" in ent:
         trend = entropy_trend(ent["nope"]["positions"], np.mean(ent["nope"]["entropy_bits"], (0, 1)), L)
         nb = L
@@ -333,8 +336,7 @@ def entropy_layers(F, results, ent):
     """Mean attention entropy per layer against position for NoPE at lambda = 1 and its 4L
     remedies, with the bound of uniform attention, log2(i): on a linear axis, so a bend shows."""
     L = results["train_len"]
-    rows = [r for r in ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headscale_log_4L", "nope_notoken")
-            if r in ent and ent[r].get("layer_bits_per_position")]
+    rows = [r for r in ENTROPY_ROWS if r in ent and ent[r].get("layer_bits_per_position")]
     if "nope" not in rows:
         return F.skip("entropy.png", "no per-position entropy of nope in entropy.json")
     width = max(1, L // SMOOTH)
