@@ -70,6 +70,13 @@ class EvalConfig:
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
 
+def arch_of(c):
+    """Where a model's position information comes from: nope, rope, or a hybrid such as
+    rope+nope/4+window32 (RoPE layers windowed to 32 keys, every 4th layer NoPE)."""
+    return (c.pos_encoding + (f"+nope/{c.nope_every}" if c.nope_every else "")
+            + (f"+window{c.rope_window}" if c.rope_window else ""))
+
+
 def scales_of(model):
     """null (all ones), one number (uniform), or the (layer x head) table."""
     return _table(model.get_head_scales(), plain=1)
@@ -231,7 +238,8 @@ def evaluate_model(name, model, ds, cfg, L, ctx):
     width = cfg.bin or max(1, L // 16)
     res = {"context": window, "context_mode": cfg.context_mode if window else None, "bos": ds.bos,
            "lengths": [], "loss": [], "bpb": [], "tail_loss": [], "tokens": [], "tail_tokens": [], "windows": [],
-           "scales": scales_of(model), "slopes": slopes_of(model), "pos_encoding": model.config.pos_encoding}
+           "scales": scales_of(model), "slopes": slopes_of(model), "pos_encoding": model.config.pos_encoding,
+           "arch": arch_of(model.config), "temp": model.config.nope_temp or None}
     factors = []
     for n in lengths:
         t0 = time.time()
@@ -285,16 +293,23 @@ def sample(model, ds, cfg, L, device):
 
 def reference_of(results, name):
     """The row a method is compared with at each length: a model of the same kind (position
-    encoding, start-token mode) reading only its last L positions (evaluate.py --context=L), at
-    lambda = 1 (no slope) and without extension: nope_window_L for the NoPE rows, rope_window_L for the
-    RoPE rows, nope_notoken_window_L for NoPE without the start token. None if there is none."""
+    encoding and layout, start-token mode) reading only its last L positions (evaluate.py
+    --context=L), at lambda = 1 (no slope, no temperature) and without extension: nope_window_L for
+    the NoPE rows, rope_window_L for the RoPE rows, nope_notoken_window_L for NoPE without the start
+    token. Among several, the one named NAME_window_L with the longest NAME that begins the row's
+    name (drope_headscale_4L: drope_window_L, not nope_window_L). None if there is none."""
     m, L = results["methods"][name], results["train_len"]
     if m.get("context"):
         return None  # a context-limited row is a reference itself
+    arch = lambda x: x.get("arch", x.get("pos_encoding"))  # noqa: E731  (files from before hybrids)
     refs = [r for r, x in results["methods"].items() if x.get("context") == L and x.get("scales") is None
-            and x.get("slopes") is None and x.get("pos_encoding") == m.get("pos_encoding")
-            and x.get("bos") == m.get("bos")]
-    return min(refs, key=lambda r: (not r.endswith("window_L"), r)) if refs else None
+            and x.get("slopes") is None and not x.get("temp") and arch(x) == arch(m) and x.get("bos") == m.get("bos")]
+
+    def rank(r):
+        stem = r.removesuffix("_window_L")
+        prefix = name == stem or name.startswith(stem + "_")
+        return (not r.endswith("window_L"), not prefix, -len(stem), r)
+    return min(refs, key=rank) if refs else None
 
 
 def excess(results, name, key="loss"):

@@ -45,6 +45,14 @@ class GPTConfig:
     yarn_beta: float = 32.0      # YaRN: dimensions with more than beta rotations in L are left alone
     bos: bool = False            # inputs begin with the start token (data/); a sliding-window mask keeps it
                                  # visible, like StreamingLLM's attention sink. train.py sets it (default on)
+    # NoPE as production models use it since the paper (docs/modern.md): RoPE and NoPE layers mixed
+    nope_every: int = 0          # with rope: layers with (index + 1) % k == 0 have no position encoding and
+                                 # global attention (Llama 4, SmolLM3: k = 4; k = 1: every layer NoPE); 0 = none
+    rope_window: int = 0         # with nope_every: the RoPE layers see only their last W keys (the start token
+                                 # aside), a sliding window (Cohere's RNoPE-SWA; Llama 4 uses chunks); 0 = all
+    nope_temp: float = 0.0       # Llama 4's temperature on the NoPE layers: q * (1 + nope_temp ln(1 + floor(i0 / F)))
+                                 # at 0-based position i0, F = nope_temp_floor * L (Llama 4: 0.1, 8192 tokens); 0 = off
+    nope_temp_floor: float = 1.0  # F in units of L: every position of a training window (i0 < L) is unscaled
 
     def __post_init__(self):
         if self.pos_encoding not in POS_ENCODINGS:
@@ -57,6 +65,22 @@ class GPTConfig:
             raise ValueError("RoPE needs an even head size (n_embd / n_head)")
         if self.rope_factor < 1.0:
             raise ValueError(f"rope_factor must be >= 1, got {self.rope_factor}")
+        if self.nope_every < 0 or self.rope_window < 0 or self.nope_temp < 0 or self.nope_temp_floor <= 0:
+            raise ValueError("nope_every, rope_window and nope_temp must be >= 0, nope_temp_floor > 0")
+        if (self.nope_every or self.rope_window) and self.pos_encoding != "rope":
+            raise ValueError("nope_every and rope_window mix NoPE layers into a RoPE model: set pos_encoding=rope")
+        if self.rope_window and not self.nope_every:
+            raise ValueError("rope_window windows the RoPE layers of a hybrid: set nope_every too")
+        if self.nope_temp and not self.nope_layers():
+            raise ValueError("nope_temp scales the NoPE layers and this model has none (pos_encoding=nope, "
+                             "or rope with nope_every)")
+
+    def nope_layers(self):
+        """Indices of the layers without position encoding: every layer of a NoPE model; with
+        rope, those with (index + 1) % nope_every == 0 (Llama 4's rule)."""
+        if self.pos_encoding == "nope":
+            return list(range(self.n_layer))
+        return [i for i in range(self.n_layer) if self.nope_every and (i + 1) % self.nope_every == 0]
 
 
 # -----------------------------------------------------------------------------
@@ -127,10 +151,26 @@ def log_position(T, L, device):
     return torch.log(i.clamp(min=L) / L)
 
 
+def llama4_temperature(T, config, device):
+    """Llama 4's attention temperature of its NoPE layers at 0-based positions i0 = 0..T-1, shape
+    (1, 1, T, 1): 1 + nope_temp * ln(1 + floor(i0 / F)), F = nope_temp_floor * L. Llama 4 itself
+    takes floor((i0 + 1) / F), which with F = L already scales the last position of a training
+    window; floor(i0 / F) leaves every i0 < L at 1, as the length-following lambda above does.
+    None when off, or when T <= F (1 everywhere)."""
+    F_ = config.nope_temp_floor * config.block_size
+    if not config.nope_temp or T <= F_:
+        return None
+    i0 = torch.arange(T, device=device, dtype=torch.float32).view(1, 1, T, 1)
+    return 1 + config.nope_temp * torch.log1p(torch.floor(i0 / F_))
+
+
 class CausalSelfAttention(nn.Module):
 
-    def __init__(self, config):
+    def __init__(self, config, layer=0):
         super().__init__()
+        # RoPE in this layer, or none (a NoPE model, or a hybrid's NoPE layer: global attention)
+        self.use_rope = config.pos_encoding == "rope" and layer not in config.nope_layers()
+        self.rope_window = config.rope_window if self.use_rope else 0
         self.n_head = config.n_head
         self.n_embd = config.n_embd
         self.dropout = config.dropout
@@ -146,15 +186,17 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("head_scale_log", torch.zeros(config.n_head))
         self.block_size = config.block_size  # L of the law above
 
-    def forward(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256, log_pos=None):
+    def forward(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256, log_pos=None, temp=None):
         B, T, C = x.size()
         nh, hs = self.n_head, C // self.n_head
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
         q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
-        if rope is not None:
+        if rope is not None and self.use_rope:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if self.rope_window:  # a hybrid's windowed RoPE layer: the narrower of its window and the caller's
+            window = min(window or self.rope_window, self.rope_window)
         # The paper's method (Eq. for UniformScale / HeadScale): fold lam_h into q, so that
         # softmax(q'.k / sqrt(d)) = softmax(lam_h q.k / sqrt(d)) and SDPA stays the fast path.
         # Per position, the length-following lambda: lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L)),
@@ -167,6 +209,8 @@ class CausalSelfAttention(nn.Module):
         lam = self.head_scale.view(1, nh, 1, 1)                                            # (1, nh, 1, 1)
         if log_pos is not None:
             lam = lam * (1 + self.head_scale_log.view(1, nh, 1, 1) * log_pos)              # (1, nh, T, 1)
+        if temp is not None and not self.use_rope:  # Llama 4's temperature, NoPE layers only
+            lam = lam * temp                                                               # (1, nh|1, T, 1)
         # the product in float32, then back to q's dtype: lam.to(bfloat16) would round lam itself
         # (1.15 -> 1.1484, steps of 0.0078: coarser than HeadScale's late updates)
         q = (q.float() * lam).to(q.dtype)                                                  # (B, nh, T, hs)
@@ -223,10 +267,10 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
 
-    def __init__(self, config):
+    def __init__(self, config, layer=0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = CausalSelfAttention(config)
+        self.attn = CausalSelfAttention(config, layer)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
@@ -244,7 +288,7 @@ class GPT(nn.Module):
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(config.vocab_size, config.n_embd),  # note: no wpe, in NoPE and RoPE alike
             drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            h=nn.ModuleList([Block(config, layer) for layer in range(config.n_layer)]),
             ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
@@ -276,9 +320,11 @@ class GPT(nn.Module):
         B, T = idx.size()
         rope = rope_cos_sin(self.config, T, idx.device) if self.config.pos_encoding == "rope" else None
         log_pos = log_position(T, self.config.block_size, idx.device)  # (1, 1, T, 1), shared by the layers
+        temp = llama4_temperature(T, self.config, idx.device)         # (1, 1, T, 1) or None
         x = self.transformer.drop(self.transformer.wte(idx))  # (B, T, C): token embeddings only
         for block in self.transformer.h:
-            x = block(x, rope=rope, window=window, explicit=explicit, entropy=entropy, chunk=chunk, log_pos=log_pos)
+            x = block(x, rope=rope, window=window, explicit=explicit, entropy=entropy, chunk=chunk, log_pos=log_pos,
+                      temp=temp)
         x = self.transformer.ln_f(x)
         if targets is None:  # inference: only the last position's logits are needed
             return self.lm_head(x[:, [-1], :]), None

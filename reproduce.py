@@ -91,6 +91,21 @@ class StudyConfig:
     logscale_length: float = 4.0        # where the slopes a_h are fitted (from the grid's lambda(i) fit there)
     logscale_fit_lengths: list[float] = field(default_factory=lambda: [8.0])  # HeadScale also fitted here, with
                                         # --logscale only (from the grid's best lambda there)
+    # NoPE since the paper (stage 5c, docs/modern.md): hybrid RoPE/NoPE layers and DroPE
+    modern: bool = False                # add the hybrid, hybrid_swa, drope* rows and their remedies
+    nope_every: int = 4                 # hybrids: every k-th layer NoPE, the others RoPE (Llama 4, SmolLM3)
+    modern_window: float = 0.25         # hybrid_swa: the RoPE layers' sliding window, units of L (<= 1)
+    llama4_scale: float = 0.1           # Llama 4's attn_scale of its NoPE-layer temperature (floor scale L)
+    drope_steps: int = 400              # DroPE's larger recalibration at L: steps of batch 32 (half the cpu
+                                        # preset's training tokens); the short one has HeadScale's budget
+    drope_lr: float = 1e-3              # DroPE recalibration's peak learning rate (all weights)
+
+
+def entropy_args(rows):
+    """evaluate.py's attention entropy only for the rows (NAME=PATH) a figure draws: each costs an
+    explicit-softmax pass at the longest length."""
+    names = [m.split("=")[0] for m in rows if m.split("=")[0] in ENTROPY_ROWS]
+    return [f"--entropy_rows={','.join(names)}"] if names else ["--entropy=false"]
 
 
 def auto_preset():
@@ -129,6 +144,13 @@ def main():
             raise UserError(f"--logscale fits at {', '.join(f'{k:g}L' for k in missing)} from the grid there: "
                             f"add {','.join(f'{k:g}' for k in missing)} to --grid_lengths (now "
                             f"{','.join(f'{k:g}' for k in cfg.grid_lengths)})")
+    if cfg.modern:
+        n_layer = cfg.n_layer or load_preset(cfg.preset, "train").get("n_layer", TrainConfig.n_layer)
+        if not 1 <= cfg.nope_every <= n_layer:
+            raise UserError(f"--modern's hybrids make every k-th of the {n_layer} layers NoPE: --nope_every must be "
+                            f"1..{n_layer}, got {cfg.nope_every}")
+        if not 0 < cfg.modern_window <= 1:
+            raise UserError(f"--modern_window is the RoPE layers' window in units of L, 0 < it <= 1; got {cfg.modern_window}")
     t_start = time.time()
     out = os.path.abspath(cfg.out_dir)
     cfg.out_dir = out
@@ -229,10 +251,7 @@ def main():
     def fresh_eval(done, cmd):  # results.json merges by method: start it afresh
         shutil.rmtree(ev, ignore_errors=True)
         return cmd
-    def entropy_of(rows):  # attention entropy only for the rows a figure draws (an explicit pass each)
-        names = [m.split("=")[0] for m in rows if m.split("=")[0] in ENTROPY_ROWS]
-        return [f"--entropy_rows={','.join(names)}"] if names else ["--entropy=false"]
-    stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", *entropy_of(methods), *eval_common],
+    stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", *entropy_args(methods), *eval_common],
                [os.path.join(ev, "results.json")], fresh_eval)
     if cfg.rope_baselines:
         for m in ("pi", "ntk", "yarn"):
@@ -302,12 +321,64 @@ def main():
                        f"nope_headscale_log_{lg}={os.path.join(scales, f'headlog_{lg}.pt')}"]
         log_methods += [f"nope_headscale_{length_name(k)}={os.path.join(scales, f'head_{length_name(k)}.pt')}" for k in more]
         stages.run("evaluate_logscale", ["evaluate.py", f"--ckpts={','.join(log_methods)}", "--samples=false",
-                                         *entropy_of(log_methods), *eval_common],
+                                         *entropy_args(log_methods), *eval_common],
                    [os.path.join(ev, "results.json")])
+
+    # 5c. NoPE as production models use it since the paper (docs/modern.md)
+    if cfg.modern:
+        modern_rows(cfg, stages, out, L, overrides, eval_common)
 
     # 6. the figures, drawn from the saved files (cheap: always redrawn), and the report
     subprocess.run([sys.executable, "tools/plot.py", f"--study={out}"], cwd=ROOT, check=True)
     write_report(cfg, out, L, stages.seconds, time.time() - t_start)
+
+
+def modern_rows(cfg, stages, out, L, overrides, eval_common):
+    """Hybrid RoPE/NoPE layers (Llama 4, SmolLM3, Cohere's RNoPE-SWA) and DroPE (RoPE dropped after
+    training), trained, fitted and evaluated like every row. A hybrid's lambda and Llama 4's
+    temperature act on its NoPE layers alone; each model's reference is itself reading its last L."""
+    join, ab = os.path.join, length_name(cfg.ablation_length)
+    rope, steps = join(out, "rope", "ckpt.pt"), cfg.fit_steps or load_preset(cfg.preset, "search_scales").get("steps", 200)
+    base = ["train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}"]
+    window = max(1, int(cfg.modern_window * L))
+    models = {"hybrid": [f"--nope_every={cfg.nope_every}"],
+              "hybrid_swa": [f"--nope_every={cfg.nope_every}", f"--rope_window={window}"]}
+    for name, extra in models.items():  # trained from scratch as the NoPE and RoPE twins are
+        run_dir = join(out, name)
+        stages.run(f"train_{name}", [*base, "--pos_encoding=rope", "--bos=true", *extra, f"--out_dir={run_dir}",
+                                     *overrides], [join(run_dir, "summary.json")], resume_or_restart(run_dir, cfg.force))
+    # DroPE: the RoPE twin without RoPE, as is (no step), then recalibrated at L with the text of
+    # HeadScale's budget (its steps, its sequences' tokens) and with a larger budget (drope)
+    batch = int(load_preset(cfg.preset, "search_scales").get("fit_batch_size", 4) * cfg.ablation_length)
+    drope = {"drope_zeroshot": (0, batch), "drope_short": (steps, batch), "drope": (cfg.drope_steps, 32)}
+    for name, (n_steps, b) in drope.items():
+        run_dir = join(out, name)
+        stages.run(f"train_{name}", [*base, f"--init_from={rope}", "--pos_encoding=nope", f"--out_dir={run_dir}",
+                                     f"--block_size={L}", f"--max_iters={n_steps}", f"--batch_size={b}",
+                                     f"--learning_rate={cfg.drope_lr:g}",
+                                     f"--min_lr={cfg.drope_lr / 10:g}", f"--warmup_iters={max(1, n_steps // 10)}",
+                                     f"--eval_interval={max(1, n_steps)}", "--overwrite"], [join(run_dir, "summary.json")])
+    # Llama 4's temperature on each hybrid's NoPE layers: a setting, no training (converted, 0 steps)
+    for name in models:
+        run_dir = join(out, f"{name}_llama4")
+        stages.run(f"convert_{name}_llama4", [*base, f"--init_from={join(out, name, 'ckpt.pt')}",
+                                               f"--nope_temp={cfg.llama4_scale:g}", "--max_iters=0", f"--block_size={L}",
+                                               f"--out_dir={run_dir}", "--overwrite"], [join(run_dir, "summary.json")])
+    # the paper's remedies on the NoPE layers of each hybrid, and on DroPE
+    rows = [f"{n}={join(out, n, 'ckpt.pt')}" for n in [*models, *drope, *(f"{m}_llama4" for m in models)]]
+    for name in [*models, "drope"]:
+        sc = join(out, f"scales_{name}")
+        stages.run(f"search_{name}", ["search_scales.py", f"--ckpt={join(out, name, 'ckpt.pt')}", f"--out_dir={sc}",
+                                      f"--preset={cfg.preset}", f"--lengths={cfg.ablation_length:g}",
+                                      f"--fit_lengths={cfg.ablation_length:g}"]
+                   + ([f"--steps={cfg.fit_steps}"] if cfg.fit_steps else []) + ([f"--windows={cfg.windows}"] if cfg.windows else []),
+                   [join(sc, f"head_{ab}.pt")])
+        rows += [f"{name}_uniform_{ab}={join(sc, f'uniform_grid_{ab}.pt')}", f"{name}_headscale_{ab}={join(sc, f'head_{ab}.pt')}"]
+    stages.run("evaluate_modern", ["evaluate.py", f"--ckpts={','.join(rows)}", "--samples=false", *entropy_args(rows),
+                                   *eval_common], [join(out, "eval", "results.json")])
+    refs = [f"{n}_window_L={join(out, n, 'ckpt.pt')}" for n in [*models, *drope]]
+    stages.run("evaluate_modern_window", ["evaluate.py", f"--ckpts={','.join(refs)}", f"--context={L}", "--samples=false",
+                                          "--entropy=false", *eval_common], [join(out, "eval", "results.json")])
 
 
 def write_report(cfg, out, L, times, wall):

@@ -132,6 +132,24 @@ def check(cfg):
             raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
 
 
+def scaled_layers(model):
+    """The layers lambda (or its slope) applies to: a hybrid's NoPE layers, whose RoPE layers keep
+    lambda = 1 (Llama 4 scales its NoPE layers alone); every layer otherwise."""
+    c = model.config
+    return c.nope_layers() if c.nope_every else list(range(c.n_layer))
+
+
+def on_layers(model, value, fill):
+    """value (a number, or a table with one row per scaled layer) as the model's (n_layer, n_head)
+    table, `fill` (1 for lambda, 0 for a slope) on the layers not scaled; unchanged without a hybrid."""
+    layers, n_layer, n_head = scaled_layers(model), model.config.n_layer, model.config.n_head
+    if len(layers) == n_layer:
+        return value
+    value = torch.as_tensor(value, dtype=torch.float32, device=model.lm_head.weight.device).expand(len(layers), n_head)
+    return torch.stack([value[layers.index(layer)] if layer in layers else torch.full_like(value[0], fill)
+                        for layer in range(n_layer)])  # keeps value's gradient
+
+
 # -----------------------------------------------------------------------------
 # UniformScale: grid search
 
@@ -160,7 +178,7 @@ def grid_search(model, ds, cfg, L, ctx):
         t0 = time.time()
         per_pos = []
         for lam in lams:
-            model.set_head_scales(lam)
+            model.set_head_scales(on_layers(model, lam, 1.0))
             per_pos.append(measure(model, windows, cfg.batch_size, ctx)["loss"])
         per_pos = np.stack(per_pos)  # (n_lam, n): loss per lambda and position
         loss, tail_loss = per_pos.mean(1), per_pos[:, -tail:].mean(1)
@@ -225,7 +243,7 @@ def fit_scales(model, ds, cfg, n, init, ctx, device, scaler):
     """Minimise the LM loss at length n over lam only, or with --fit=log over the slopes a only
     (head_scale stays 1). scaler: tools.cli.grad_scaler (float16: the loss scaled up before backward,
     lam's gradient scaled back before the step). Returns (table, log rows)."""
-    n_layer, n_head = model.config.n_layer, model.config.n_head
+    n_layer, n_head = len(scaled_layers(model)), model.config.n_head  # a hybrid: its NoPE layers alone
     shape = {"head": (n_layer, n_head), "layer": (n_layer, 1), "uniform": (1, 1)}[cfg.granularity]
     slopes = cfg.fit == "log"
     put = model.set_head_slopes if slopes else model.set_head_scales
@@ -250,7 +268,7 @@ def fit_scales(model, ds, cfg, n, init, ctx, device, scaler):
         opt.param_groups[0]["lr"] = lr
         g.manual_seed(cfg.seed * 7_919 + step)
         x, y = ds.get_batch("train", cfg.fit_batch_size, n, g, device)
-        put(lam.expand(n_layer, n_head))
+        put(on_layers(model, lam.expand(n_layer, n_head), 0.0 if slopes else 1.0))
         with ctx:
             _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
@@ -267,7 +285,7 @@ def fit_scales(model, ds, cfg, n, init, ctx, device, scaler):
             print(progress.line(step + 1, loss=loss.item(), **{f"{sym}_mean": f"{lam.mean().item():.3f}",
                                 f"{sym}_min": f"{lam.min().item():.3f}", f"{sym}_max": f"{lam.max().item():.3f}"}),
                   flush=True)
-    return lam.detach().expand(n_layer, n_head).clone(), log
+    return on_layers(model, lam.detach().expand(n_layer, n_head), 0.0 if slopes else 1.0).clone(), log
 
 
 def set_log(model, value, L, uniform_path, out, extras):
@@ -283,7 +301,7 @@ def set_log(model, value, L, uniform_path, out, extras):
         a, source = fit["a"], f"grid: lambda(i) fit at {fit['length']} (R2 {fit['r2']:.3f})"
     else:
         a, source = float(value), "given"
-    model.set_head_slopes(a)
+    model.set_head_slopes(on_layers(model, a, 0.0))
     stem = os.path.join(out, f"log_{value if value in ('logn', 'grid') else f'{a:g}'}")
     info = {"method": "set_log", "value": value, "a": a, "source": source}
     save_checkpoint(stem + ".pt", model, **extras, scales=info)
@@ -315,6 +333,9 @@ def main():
     uniform_path = os.path.join(out, "uniform.json")
     if cfg.rope_grid and model.config.pos_encoding != "rope":
         raise UserError(f"--rope_grid needs a RoPE checkpoint; {cfg.ckpt} is {model.config.pos_encoding}")
+    if not scaled_layers(model):
+        raise UserError(f"{cfg.ckpt} is a hybrid with no NoPE layer (nope_every={model.config.nope_every}, "
+                        f"{model.config.n_layer} layers): nothing to scale")
     gridded = ({length_name(n / L) for n in length_list(cfg.lengths, L)} if cfg.grid else set()) | (
         set(read_json(uniform_path)["lengths"]) if os.path.exists(uniform_path) else set())
     missing = [length_name(n / L) for n in length_list(cfg.fit_lengths, L) if length_name(n / L) not in gridded]
@@ -322,7 +343,7 @@ def main():
         raise UserError(f"the fit at {', '.join(missing)} starts from the grid there, which neither this run nor "
                         f"{uniform_path} has: add it to --lengths, or give --init=VALUE")
     if "grid" in cfg.set_log and not gridded:
-        raise UserError(f"--set_log=grid reads the grid's lambda(i) fit: run the grid (--grid=true) or give a number")
+        raise UserError("--set_log=grid reads the grid's lambda(i) fit: run the grid (--grid=true) or give a number")
 
     # --- 1. UniformScale: grid search -------------------------------------------------
     if cfg.grid:
@@ -334,7 +355,7 @@ def main():
                                                  "r2": longest["fit_r2"]}})
         for name, s in summary.items():
             lam = s["best_lam"] if cfg.select == "loss" else s["best_lam_tail"]
-            model.set_head_scales(lam)
+            model.set_head_scales(on_layers(model, lam, 1.0))
             save_checkpoint(os.path.join(out, f"uniform_grid_{name}.pt"), model, **extras,
                             scales={"method": "uniform", "length": s["length"], "lam": lam})
         model.set_head_scales(1.0)

@@ -14,6 +14,7 @@ Writes out_dir/ckpt.pt (last, with optimizer state, for --resume), out_dir/best.
 import gc
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass, fields
 
@@ -48,10 +49,14 @@ class TrainConfig:
     rope_scaling: str = "none"          # RoPE extension to train with: none | pi | ntk | yarn
     rope_factor: float = 1.0            # RoPE extension factor
     bos: bool = True                    # begin every row with the start token (false: the paper's bare windows)
+    nope_every: int = 0                 # hybrid (with rope): every k-th layer has no position encoding (Llama 4: 4)
+    rope_window: int = 0                # hybrid: the RoPE layers' sliding window, <= L (0 = global)
+    nope_temp: float = 0.0              # Llama 4's temperature on the NoPE layers past L (0 = off; Llama 4: 0.1)
+    nope_temp_floor: float = 1.0        # its floor scale, in units of L
     # optimisation
     batch_size: int = 64                # sequences per micro-step per process
     gradient_accumulation_steps: int = 1  # micro-steps per optimizer step
-    max_iters: int = 2000               # optimizer steps
+    max_iters: int = 2000               # optimizer steps (0 with --init_from: convert and save, no training)
     learning_rate: float = 2e-3         # peak learning rate
     min_lr: float = 2e-4                # floor of the cosine decay
     warmup_iters: int = 100             # linear warm-up steps
@@ -132,11 +137,39 @@ def passkey_loss(model, x, y, passkey, n, g):
     return loss + tok[n:].mean() if n < B else loss
 
 
+# --init_from takes the checkpoint's shape and position settings. A position setting given on the
+# command line wins (DroPE: --pos_encoding=nope on a RoPE checkpoint recalibrates it without
+# RoPE); a shape given there that differs is refused (the weights would not fit it).
+SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "bias"]
+POSITION_KEYS = ["pos_encoding", "rope_base", "nope_every", "rope_window", "nope_temp", "nope_temp_floor"]
+
+
+def given_keys(argv=None):
+    """The settings named on the command line (a preset's are not: it sets a fresh model's shape)."""
+    return {a[2:].partition("=")[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
+
+
+def init_overrides(cfg, saved, argv=None):
+    """The position settings to load an --init_from checkpoint with: those given that differ."""
+    given = given_keys(argv)
+    clash = [f"{k}={getattr(saved, k)!r} (given {getattr(cfg, k)!r})" for k in SHAPE_KEYS
+             if k in given and getattr(cfg, k) != getattr(saved, k)]
+    if clash:
+        raise UserError(f"{cfg.init_from} has {', '.join(clash)}: fine-tuning keeps a checkpoint's shape; "
+                        "drop those settings or train a new model")
+    changed = {k: getattr(cfg, k) for k in POSITION_KEYS if k in given and getattr(cfg, k) != getattr(saved, k)}
+    if changed:
+        print(f"--init_from with {', '.join(f'{k}={v!r}' for k, v in changed.items())} (the checkpoint: "
+              f"{', '.join(f'{k}={getattr(saved, k)!r}' for k in changed)})")
+    return changed
+
+
 def check(cfg):
     for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters",
               "gradient_accumulation_steps", "eval_interval", "val_windows", "log_interval"):
-        if getattr(cfg, k) <= 0:
-            raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
+        if getattr(cfg, k) <= 0 and not (k == "max_iters" and cfg.max_iters == 0 and cfg.init_from):
+            raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}" + (" (0 only with --init_from: the "
+                            "checkpoint converted, not trained)" if k == "max_iters" else ""))
     if not 0 <= cfg.passkey_frac <= 1:
         raise UserError(f"--passkey_frac must be between 0 and 1, got {cfg.passkey_frac}")
     if cfg.learning_rate <= 0:
@@ -204,13 +237,16 @@ def main():
     # cfg.block_size is the length we train on. Fine-tuning (--init_from) takes the model's shape
     # from that checkpoint, and keeps its L (config.block_size: what results count lengths in).
     if cfg.init_from:
-        init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", dropout=cfg.dropout,
-                                                rope_scaling=cfg.rope_scaling, rope_factor=cfg.rope_factor)
+        load = dict(dropout=cfg.dropout, rope_scaling=cfg.rope_scaling, rope_factor=cfg.rope_factor)
+        init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", **load)
+        changed = init_overrides(cfg, init_model.config)
+        if changed:  # the same weights in the model asked for (DroPE: RoPE removed)
+            init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", **load, **changed)
         if cfg.bos != init_model.config.bos:  # a model keeps the start-token mode it was trained in
             raise UserError(f"{cfg.init_from} was trained {'with' if init_model.config.bos else 'without'} the "
                             f"start token; pass --bos={str(init_model.config.bos).lower()} to fine-tune it")
         ds = Dataset.for_model(init_model.config, init_ckpt, cfg.dataset)  # the same data, the same token mode
-        for k in ("n_layer", "n_head", "n_embd", "bias", "pos_encoding", "rope_base"):
+        for k in SHAPE_KEYS + POSITION_KEYS:  # what the run records: the model as it is fine-tuned
             setattr(cfg, k, getattr(init_model.config, k))
     else:
         ds = Dataset(cfg.dataset, bos=cfg.bos)
@@ -341,6 +377,9 @@ def main():
                       f"val {log_rows[-2][2]:.2f} -> {val:.2f}): use fewer --max_iters, a smaller vocabulary or "
                       "character level, more --dropout, or more text", flush=True)
 
+    if master and not log_rows:  # --max_iters=0 with --init_from: the starting weights, measured and saved
+        val = evaluate_and_save()
+        print(f"step 0: val loss {val:.4f}, saved {ckpt_path} (no training step)", flush=True)
     if master:
         wall = time.time() - t_start + elapsed_before
         if log_rows and log_rows[-1][0] == iter_num:

@@ -449,7 +449,8 @@ def test_generate_with_a_window_keeps_the_start_token(window, monkeypatch):
 # -----------------------------------------------------------------------------
 # Lambda that follows the position: lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L))
 
-def todays_attention(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256, log_pos=None):
+def todays_attention(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256, log_pos=None,
+                     temp=None):
     """CausalSelfAttention.forward as it was before the slopes: one lam per head, folded into q."""
     B, T, C = x.size()
     nh, hs = self.n_head, C // self.n_head

@@ -182,6 +182,18 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
     for name in new - {"nope_headscale_8L"}:  # positions <= L are unchanged: no cost at L, by construction
         assert rows[name]["loss"][0] == rows["nope"]["loss"][0] and rows[name]["lengths"] == rows["nope"]["lengths"]
     assert "Lambda that follows the position" in (out / "report.md").read_text()
+    # --modern adds the hybrids and DroPE: only their stages run
+    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, "--logscale", "--modern",
+                      "--nope_every=2", "--drope_steps=4")
+    assert proc.stdout.count("done before, skipped") == 23
+    rows = json.loads((out / "eval" / "results.json").read_text())["methods"]
+    modern = {"hybrid", "hybrid_swa", "hybrid_llama4", "hybrid_swa_llama4", "drope", "drope_short", "drope_zeroshot"}
+    modern |= {f"{m}_{k}_4L" for m in ("hybrid", "hybrid_swa", "drope") for k in ("uniform", "headscale")}
+    modern |= {f"{m}_window_L" for m in ("hybrid", "hybrid_swa", "drope", "drope_short", "drope_zeroshot")}
+    assert set(rows) == expected | new | modern
+    assert rows["hybrid_swa"]["arch"] == "rope+nope/2+window26" and rows["drope"]["pos_encoding"] == "nope"
+    assert rows["hybrid_llama4"]["temp"] == 0.1 and rows["hybrid_llama4"]["loss"][0] == rows["hybrid"]["loss"][0]
+    assert (out / "eval" / "loss_modern.png").exists() and (out / "eval" / "entropy_modern.png").exists()
     proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", "--grid_lengths=2,4", "--logscale",
                       check=False)
     assert proc.returncode == 2 and "--grid_lengths" in proc.stderr

@@ -32,10 +32,12 @@ from tools.findings import entropy_trend  # criterion (3)'s trend, drawn as find
 # Okabe & Ito (2008): distinguishable with every common colour-vision deficiency
 BLUE, SKY, VERMILLION, ORANGE, GREEN, PURPLE, YELLOW, BLACK = (
     "#0072B2", "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#CC79A7", "#F0E442", "#000000")
+DARK_RED = "#7A1F00"  # DroPE: RoPE's vermillion, darker
 OLIVE = "#8F7F00"  # the length-following rows: a darker yellow, readable on white
 # the rows whose attention entropy a figure draws (evaluate.py --entropy_rows: reproduce.py measures
 # entropy for these alone, as each costs an explicit-softmax pass at the longest length)
-ENTROPY_ROWS = ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headscale_log_4L", "nope_notoken")
+ENTROPY_ROWS = ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headscale_log_4L", "nope_notoken",
+                "hybrid", "hybrid_swa", "hybrid_llama4", "hybrid_headscale_4L", "drope", "drope_headscale_4L")
 SMOOTH = 4         # per-position curves: a moving average over L/SMOOTH positions (the paper: 100 at
                    # L = 2048 over far more text; our 64 windows a length need a wider one)
 
@@ -76,6 +78,18 @@ def style(name):
         (r"nope_headscale_.*_noinit", PURPLE, ":", "d", "HeadScale, init 1" + at),
         (r"nope_headscale_", PURPLE, "-", "D", "HeadScale" + at),
         (r"nope_layer_", PURPLE, "-.", "D", "λ per layer" + at),
+        # NoPE as production models use it (reproduce.py --modern): hybrids black, DroPE a dark red
+        (r"hybrid_swa_llama4$", BLACK, "--", "x", "hybrid, windowed RoPE, Llama 4 temperature"),
+        (r"hybrid_llama4$", BLACK, "-", "x", "hybrid, Llama 4 temperature"),
+        (r"hybrid_swa_headscale_", BLACK, "--", "D", "hybrid, windowed RoPE, HeadScale" + at),
+        (r"hybrid_headscale_", BLACK, "-", "D", "hybrid, HeadScale" + at),
+        (r"hybrid_swa$", BLACK, "--", "o", "hybrid, windowed RoPE"),
+        (r"hybrid$", BLACK, "-", "o", "hybrid RoPE/NoPE"),
+        (r"drope_zeroshot$", DARK_RED, ":", "x", "DroPE, zero-shot"),
+        (r"drope_short$", DARK_RED, "-.", "v", "DroPE, short recalibration"),
+        (r"drope_headscale_", DARK_RED, "-", "D", "DroPE, HeadScale" + at),
+        (r"drope_uniform_", DARK_RED, "-", "^", "DroPE, uniform λ" + at),
+        (r"drope$", DARK_RED, "--", "v", "DroPE, recalibrated"),
     ]
     for pattern, color, ls, marker, label in rules:
         m = re.match(pattern, name)
@@ -181,6 +195,7 @@ def draw_eval(eval_dir, search_dir=""):
     families(F, results)
     position_loss(F, results, pos)
     entropy_layers(F, results, ent)
+    entropy_modern(F, results, ent)
     if search_dir:
         search_figures(F, search_dir, ent)
     return F.drawn, F.skipped
@@ -212,7 +227,7 @@ def hero(F, results, pos, ent):
             ha="right", va="bottom", fontsize=7, color="gray")
     # (b) attention entropy above the trend NoPE follows up to L
     ax = axes[1]
-    rows = [r for r in ENTROPY_ROWS if r in ent and r != "nope_notoken"]
+    rows = [r for r in ENTROPY_ROWS[:4] if r in ent]  # NoPE's, with the start token
     if "nope" in ent:
         trend = entropy_trend(ent["nope"]["positions"], np.mean(ent["nope"]["entropy_bits"], (0, 1)), L)
         nb = L
@@ -270,6 +285,9 @@ FAMILIES = {  # figure -> (title, which rows)
                                   lambda n: n == "nope" or "log" in n or n in ("nope_uniform_4L", "nope_headscale_4L")),
     "loss_start_token.png": ("NoPE with and without the start token, RoPE",
                              lambda n: n in ("nope", "nope_notoken", "rope")),
+    "loss_modern.png": ("NoPE as used since the paper: hybrid RoPE/NoPE layers, DroPE",
+                        lambda n: n in ("nope", "rope", "nope_headscale_4L") or n.startswith(("hybrid", "drope"))
+                        and not n.endswith("window_L")),
 }
 
 
@@ -282,6 +300,8 @@ def families(F, results):
         if len(rows) < 2 or fn == "loss_length_following.png" and not any("log" in n for n in rows):
             F.skip(fn, "fewer than two of its rows" if len(rows) < 2 else "no length-following rows (--logscale)")
             continue
+        if fn == "loss_modern.png" and not any(n.startswith(("hybrid", "drope")) for n in rows):
+            continue  # drawn only for a study run with --modern: not missing from any other
         fig, axes = F.plt.subplots(1, 2, figsize=(11, 4))
         refs = {ref for n in rows for ref in [reference_of(results, n)] if ref}
         for name in rows + sorted(refs):
@@ -332,11 +352,48 @@ def position_loss(F, results, pos):
     F.save(fig, "position_loss.png")
 
 
+def nope_layer_rows(arch, n_layer):
+    """The NoPE layers of a model from results.json's arch (rope+nope/4: layers 3, 7, ...)."""
+    if arch.startswith("nope"):
+        return list(range(n_layer))
+    k = re.search(r"\+nope/(\d+)", arch)
+    return [i for i in range(n_layer) if k and (i + 1) % int(k.group(1)) == 0]
+
+
+def entropy_modern(F, results, ent):
+    """Does attention stay sharp past L? Mean entropy of the NoPE layers (a hybrid's NoPE layers,
+    every layer of NoPE and DroPE) against position, for the rows of reproduce.py --modern."""
+    L, methods = results["train_len"], results["methods"]
+    rows = [r for r in ENTROPY_ROWS if r in ent and r in methods and ent[r].get("layer_bits_per_position")
+            and (r.startswith(("hybrid", "drope")) or r in ("nope", "nope_headscale_4L"))]
+    if not any(r.startswith(("hybrid", "drope")) for r in rows):
+        return None  # drawn only for a study run with --modern
+    width = max(1, L // SMOOTH)
+    fig, ax = F.plt.subplots(figsize=(9, 4.3))
+    n = 0
+    for r in rows:
+        per_layer = np.asarray(ent[r]["layer_bits_per_position"])  # (n_layer, n)
+        layers = nope_layer_rows(methods[r].get("arch", methods[r]["pos_encoding"]), len(per_layer))
+        y = per_layer[layers].mean(0)
+        n = max(n, len(y))
+        line(ax, np.arange(1, len(y) + 1), moving_average(y, width), r, lw=1.2, markevery=[])
+    x = np.arange(1, n + 1)
+    ax.plot(x, np.log2(x), color="gray", lw=0.8, ls="--", label="uniform attention, log₂ i")
+    position_axis(ax, L, n)
+    mark_L(ax, L)
+    ax.set_xlabel("query position i")
+    ax.set_ylabel("mean entropy of the NoPE layers' heads (bits)")
+    ax.set_title(f"Attention entropy of the layers without position encoding (moving average over {width})")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+    fig.tight_layout()
+    F.save(fig, "entropy_modern.png")
+
+
 def entropy_layers(F, results, ent):
     """Mean attention entropy per layer against position for NoPE at lambda = 1 and its 4L
     remedies, with the bound of uniform attention, log2(i): on a linear axis, so a bend shows."""
     L = results["train_len"]
-    rows = [r for r in ENTROPY_ROWS if r in ent and ent[r].get("layer_bits_per_position")]
+    rows = [r for r in ENTROPY_ROWS[:5] if r in ent and ent[r].get("layer_bits_per_position")]  # NoPE's
     if "nope" not in rows:
         return F.skip("entropy.png", "no per-position entropy of nope in entropy.json")
     width = max(1, L // SMOOTH)
