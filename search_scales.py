@@ -44,6 +44,7 @@ import torch
 from data import Dataset
 from evaluate import binned, default_tail, length_list, length_name, measure
 from model import load_checkpoint, save_checkpoint
+from train import cosine_lr
 from tools.cli import (Progress, UserError, autocast, grad_scaler, parse_config, pick_device, pick_dtype, read_json,
                        run_main, write_csv, write_json)
 
@@ -259,12 +260,7 @@ def fit_scales(model, ds, cfg, n, init, ctx, device, scaler):
     progress = Progress(cfg.steps, cfg.fit_batch_size * n)
     log = []
     for step in range(cfg.steps):
-        # 10% linear warm-up, then cosine from lr to final_lr_frac * lr
-        if step < warmup:
-            lr = cfg.lr * (step + 1) / warmup
-        else:
-            r = (step - warmup) / max(cfg.steps - warmup - 1, 1)
-            lr = cfg.lr * (cfg.final_lr_frac + (1 - cfg.final_lr_frac) * 0.5 * (1 + math.cos(math.pi * r)))
+        lr = cosine_lr(step, warmup, cfg.steps, cfg.lr, cfg.final_lr_frac * cfg.lr)  # train.py's schedule
         opt.param_groups[0]["lr"] = lr
         g.manual_seed(cfg.seed * 7_919 + step)
         x, y = ds.get_batch("train", cfg.fit_batch_size, n, g, device)

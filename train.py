@@ -85,15 +85,20 @@ VAL_SEED = 1234  # the validation monitor's windows: evaluate.py's seed, not the
 VAL_BATCH = 32   # windows per forward pass of the monitor (does not change what it measures)
 
 
-def get_lr(it, cfg):
-    """Linear warm-up, then cosine decay from learning_rate to min_lr."""
-    decay_iters = cfg.lr_decay_iters or cfg.max_iters
-    if it < cfg.warmup_iters:
-        return cfg.learning_rate * (it + 1) / (cfg.warmup_iters + 1)
+def cosine_lr(it, warmup, decay_iters, lr, min_lr):
+    """The learning rate at step `it`: linear warm-up over `warmup` steps, then a cosine from lr down
+    to min_lr at decay_iters, held there. The one schedule of the project (train.py's runs and
+    search_scales.py's fits of lambda)."""
+    if it < warmup:
+        return lr * (it + 1) / (warmup + 1)
     if it >= decay_iters:
-        return cfg.min_lr
-    ratio = (it - cfg.warmup_iters) / max(decay_iters - cfg.warmup_iters, 1)
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg.learning_rate - cfg.min_lr)
+        return min_lr
+    ratio = (it - warmup) / max(decay_iters - warmup, 1)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+def get_lr(it, cfg):
+    return cosine_lr(it, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters, cfg.learning_rate, cfg.min_lr)
 
 
 def memorising(prev, now):
