@@ -2,7 +2,7 @@
 The paper's study in one command:
 
     python reproduce.py                       # the gpu preset where CUDA is available, else cpu; out/study
-    python reproduce.py --preset=cpu          # the laptop study (about half an hour on 2 cores)
+    python reproduce.py --preset=cpu          # the laptop study (8 to 15 minutes on 2 cores)
     python reproduce.py --preset=gpu --out_dir=out/study_gpu   # minutes on one card
     python reproduce.py --dataset=NAME --max_iters=400   # any prepared dataset, any preset override
 
@@ -11,10 +11,12 @@ same settings (rerun after an interruption and nothing finished is lost; --force
   1. prepare the data (the built-in Python standard library corpus needs no download; the
      default preset reads it through a 2048-token BPE vocabulary learned on it)
   2. train the NoPE model and its RoPE twin, both with the start token, and NoPE without it
-     (nope_notoken: the paper's bare windows, to show what the token does)     (train.py)
+     (nope_notoken: the paper's bare windows, to show what the token does; the cpu preset leaves
+     it out, --notoken=true adds it)                                            (train.py)
   3. grid-search the uniform lambda at 2L, 4L, 8L; fit HeadScale at 2L and 4L,
      and at 4L the paper's two ablations: no clamp, no initialisation  (search_scales.py)
-  3b. the RoPE baselines: the best zero-shot factor of PI, NTK-aware and YaRN per length
+  3b. the RoPE baselines (the cpu preset leaves them out, --rope_baselines=true adds them):
+     the best zero-shot factor of PI, NTK-aware and YaRN per length
      (search_scales.py --rope_grid), and PI and YaRN fine-tuned at 4L with HeadScale's budget
      of steps and sequences (train.py --init_from)
   4. evaluate every variant at L..16L, plus each model reading only its last L positions
@@ -27,7 +29,11 @@ same settings (rerun after an interruption and nothing finished is lost; --force
      nope_logn (Qwen's logn attention, a = 1/ln L), nope_loglam (one a, the grid's lambda(i) fit at
      its longest length), nope_headscale_log_4L (a_h fitted at 4L), and HeadScale fitted at 8L
      (nope_headscale_8L), evaluated like every row (the issue's L..16L: add --lengths=1,2,4,8,16).
-     Last, so adding it to a finished study runs only these stages
+     Last but one, so adding it to a finished study runs only these stages
+  5c. with --modern: NoPE as production models use it since the paper (docs/modern.md): hybrids of
+     RoPE and NoPE layers (hybrid; hybrid_swa, its RoPE layers windowed), Llama 4's temperature on
+     their NoPE layers (*_llama4), DroPE (RoPE dropped from the RoPE twin: drope_zeroshot, and
+     recalibrated at L: drope_short, drope), each with the uniform lambda and HeadScale at 4L
   6. write out_dir/report.md: the table, the fitted lambda(i), the passkey table, the plots
 A stage's stamp records its command and the measurement protocol (evaluate.PROTOCOL), so a study
 finished before the protocol changed is rerun, not reported as new.
@@ -138,6 +144,28 @@ def main():
     cfg = parse_config(StudyConfig, argv, section="reproduce", description=__doc__)
     if why:
         print(why, flush=True)
+    check(cfg)
+    t_start = time.time()
+    study = Study(cfg)
+    prepare_data(cfg)                     # 1. the data (the built-in corpus is prepared the first time)
+    train_models(study)                   # 2. NoPE, its RoPE twin (and NoPE without the start token)
+    nope_remedies(study)                  # 3. UniformScale grid, HeadScale fits, the two ablations
+    if cfg.rope_baselines:
+        rope_baselines(study)             # 3b. PI, NTK-aware, YaRN: zero-shot and fine-tuned
+    evaluate_rows(study)                  # 4. every row on the same windows, and the last-L references
+    if cfg.passkey:
+        passkey_rows(study)               # 5. passkey retrieval
+    if cfg.logscale:
+        logscale_rows(study)              # 5b. lambda that follows the position
+    if cfg.modern:
+        modern_rows(study)                # 5c. NoPE as production models use it since the paper
+    # 6. the figures, drawn from the saved files (cheap: always redrawn), and the report
+    subprocess.run([sys.executable, "tools/plot.py", f"--study={study.out}"], cwd=ROOT, check=True)
+    write_report(cfg, study.out, study.L, study.stages.seconds, time.time() - t_start)
+
+
+def check(cfg):
+    """Every input that a later stage would refuse, refused before any work."""
     if cfg.logscale:
         missing = [k for k in [cfg.logscale_length, *cfg.logscale_fit_lengths] if k not in cfg.grid_lengths]
         if missing:
@@ -151,234 +179,247 @@ def main():
                             f"1..{n_layer}, got {cfg.nope_every}")
         if not 0 < cfg.modern_window <= 1:
             raise UserError(f"--modern_window is the RoPE layers' window in units of L, 0 < it <= 1; got {cfg.modern_window}")
-    t_start = time.time()
-    out = os.path.abspath(cfg.out_dir)
-    cfg.out_dir = out
-    os.makedirs(out, exist_ok=True)
-    stages = Stages(out, cfg.force)
+    for a in cfg.train_args:
+        if "=" not in a or a.startswith("-"):
+            raise UserError(f"--train_args takes KEY=VALUE pairs of train.py settings, got {a!r}")
 
-    # 1. data (the built-in corpus is prepared the first time)
-    cfg.dataset = cfg.dataset or load_preset(cfg.preset, "train").get("dataset", "pystdlib")
-    meta = dataset_dir(cfg.dataset) / "meta.json"
-    if not meta.exists():
-        builtin = re.fullmatch(r"pystdlib(?:_bpe(\d+))?", cfg.dataset)  # the built-in corpus, char or BPE
-        if builtin:
-            bpe = ["--tokenizer=bpe", f"--vocab_size={builtin.group(1)}"] if builtin.group(1) else []
-            subprocess.run([sys.executable, str(ROOT / "data" / "pystdlib" / "prepare.py"), *bpe], cwd=ROOT, check=True)
-        else:
-            Dataset(cfg.dataset, bos=True)  # not prepared: raises, saying what to do
 
-    # 2. train NoPE and RoPE
-    overrides = [f"--{k}={getattr(cfg, k)}" for k in
-                 ("block_size", "max_iters", "n_layer", "n_head", "n_embd", "batch_size", "learning_rate", "seed")
-                 if getattr(cfg, k)]
+def lengths(xs):
+    return ",".join(f"{x:g}" for x in xs)
+
+
+class Study:
+    """One study folder: its paths, its stages, and the arguments several stages share."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.out = cfg.out_dir = os.path.abspath(cfg.out_dir)
+        os.makedirs(self.out, exist_ok=True)
+        self.stages = Stages(self.out, cfg.force)
+        cfg.dataset = cfg.dataset or load_preset(cfg.preset, "train").get("dataset", "pystdlib")
+        # the training settings given to reproduce.py, passed on to every model trained from scratch
+        self.overrides = [f"--{k}={getattr(cfg, k)}" for k in ("block_size", "max_iters", "n_layer", "n_head",
+                          "n_embd", "batch_size", "learning_rate", "seed") if getattr(cfg, k)]
+        self.overrides += [f"--{a}" for a in cfg.train_args]  # train.py checks the keys and values
+        self.scales = self.path("scales")  # the NoPE model's grid and fits
+        self.search = [f"--ckpt={self.ckpt('nope')}", f"--out_dir={self.scales}", f"--preset={cfg.preset}"]
+        self.search += [f"--steps={cfg.fit_steps}"] if cfg.fit_steps else []
+        self.search += [f"--windows={cfg.windows}"] if cfg.windows else []
+        self.ev = self.path("eval")
+        self.evaluate = [f"--out_dir={self.ev}", f"--lengths={lengths(cfg.lengths)}", f"--preset={cfg.preset}"]
+        self.evaluate += [f"--windows={cfg.windows}"] if cfg.windows else []
+        self.ab = length_name(cfg.ablation_length)  # "4L": where the ablations are fitted
+        self.L = None  # the training length, read from the NoPE model once trained
+
+    def path(self, *parts):
+        return os.path.join(self.out, *parts)
+
+    def ckpt(self, run):
+        return self.path(run, "ckpt.pt")
+
+    def train(self, stage, args, outputs, resume_dir=None):
+        """A train.py stage at the study's preset and dataset. resume_dir: a training from scratch
+        there, continued (--resume) after an interruption."""
+        self.stages.run(stage, ["train.py", f"--preset={self.cfg.preset}", f"--dataset={self.cfg.dataset}", *args],
+                        outputs, resume_or_restart(resume_dir, self.cfg.force) if resume_dir else None)
+
+
+def prepare_data(cfg):
+    if (dataset_dir(cfg.dataset) / "meta.json").exists():
+        return
+    builtin = re.fullmatch(r"pystdlib(?:_bpe(\d+))?", cfg.dataset)  # the built-in corpus, char or BPE
+    if not builtin:
+        Dataset(cfg.dataset, bos=True)  # not prepared: raises, saying what to do
+    bpe = ["--tokenizer=bpe", f"--vocab_size={builtin.group(1)}"] if builtin.group(1) else []
+    subprocess.run([sys.executable, str(ROOT / "data" / "pystdlib" / "prepare.py"), *bpe], cwd=ROOT, check=True)
+
+
+def train_models(study):
+    cfg = study.cfg
     preset = load_preset(cfg.preset, "train")
     steps, batch, T = (getattr(cfg, k) or preset.get(k, getattr(TrainConfig, k))
                        for k in ("max_iters", "batch_size", "block_size"))
     text = len(Dataset(cfg.dataset).tokens["train"])
     print(f"each model reads {steps * batch * T / text:.3g} passes over the {text:,} training tokens of "
           f"{cfg.dataset} (train.py warns if one memorises them)", flush=True)
-    for a in cfg.train_args:
-        if "=" not in a or a.startswith("-"):
-            raise UserError(f"--train_args takes KEY=VALUE pairs of train.py settings, got {a!r}")
-        overrides.append(f"--{a}")  # train.py checks the keys and values
     runs = [("nope", "nope", True), ("rope", "rope", True)] + ([("nope_notoken", "nope", False)] if cfg.notoken else [])
     for run, pe, bos in runs:
-        run_dir = os.path.join(out, run)
-        stages.run(f"train_{run}", ["train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}",
-                                    f"--pos_encoding={pe}", f"--bos={str(bos).lower()}", f"--out_dir={run_dir}",
-                                    *overrides],
-                   [os.path.join(run_dir, "summary.json")], resume_or_restart(run_dir, cfg.force))
-    nope_ckpt = os.path.join(out, "nope", "ckpt.pt")
-    L = read_json(os.path.join(out, "nope", "summary.json"))["train_len"]
+        run_dir = study.path(run)
+        study.train(f"train_{run}", [f"--pos_encoding={pe}", f"--bos={str(bos).lower()}", f"--out_dir={run_dir}",
+                                     *study.overrides], [os.path.join(run_dir, "summary.json")], resume_dir=run_dir)
+    study.L = read_json(study.path("nope", "summary.json"))["train_len"]
 
-    # 3. UniformScale grid + HeadScale fits, then the two ablations
-    scales = os.path.join(out, "scales")
-    common = [f"--ckpt={nope_ckpt}", f"--out_dir={scales}", f"--preset={cfg.preset}"]
-    if cfg.fit_steps:
-        common.append(f"--steps={cfg.fit_steps}")
-    if cfg.windows:
-        common.append(f"--windows={cfg.windows}")
-    lengths = lambda xs: ",".join(f"{x:g}" for x in xs)  # noqa: E731
-    stages.run("search", ["search_scales.py", *common, f"--lengths={lengths(cfg.grid_lengths)}",
-                          f"--fit_lengths={lengths(cfg.fit_lengths)}"],
-               [os.path.join(scales, "uniform.json")] + [os.path.join(scales, f"head_{length_name(k)}.pt") for k in cfg.fit_lengths])
-    ab = length_name(cfg.ablation_length)
+
+def nope_remedies(study):
+    """UniformScale's grid at grid_lengths and HeadScale at fit_lengths, then at ablation_length the
+    paper's two ablations: no clamp, no initialisation."""
+    cfg, scales = study.cfg, study.scales
+    study.stages.run("search", ["search_scales.py", *study.search, f"--lengths={lengths(cfg.grid_lengths)}",
+                                f"--fit_lengths={lengths(cfg.fit_lengths)}"],
+                     [os.path.join(scales, "uniform.json")]
+                     + [os.path.join(scales, f"head_{length_name(k)}.pt") for k in cfg.fit_lengths])
     for tag, extra in (("_noclamp", ["--min_scale=0"]), ("_noinit", ["--init=1"])):
-        stages.run(f"ablation{tag}", ["search_scales.py", *common, "--grid=false",
-                                      f"--fit_lengths={cfg.ablation_length:g}", f"--tag={tag}", *extra],
-                   [os.path.join(scales, f"head_{ab}{tag}.pt")])
+        study.stages.run(f"ablation{tag}", ["search_scales.py", *study.search, "--grid=false",
+                                            f"--fit_lengths={cfg.ablation_length:g}", f"--tag={tag}", *extra],
+                         [os.path.join(scales, f"head_{study.ab}{tag}.pt")])
 
-    # 3b. the RoPE baselines: the best zero-shot factor per length, and PI / YaRN fine-tuned with
-    # HeadScale's budget (its steps and sequences, at its length) but all weights trained
-    rope_ckpt = os.path.join(out, "rope", "ckpt.pt")
-    rope_scales = os.path.join(out, "scales_rope")
+
+def rope_baselines(study):
+    """The best zero-shot factor per length, and PI / YaRN fine-tuned with HeadScale's budget (its
+    steps and sequences, at its length) but all weights trained."""
+    cfg, L, rope = study.cfg, study.L, study.ckpt("rope")
+    rope_scales, ft = study.path("scales_rope"), length_name(cfg.finetune_length)
+    study.stages.run("rope_grid", ["search_scales.py", f"--ckpt={rope}", f"--out_dir={rope_scales}",
+                                   f"--preset={cfg.preset}", "--grid=false", "--fit_lengths=", "--rope_grid",
+                                   f"--lengths={lengths([k for k in cfg.lengths if k > 1])}"]  # evaluated lengths past L
+                     + ([f"--windows={cfg.windows}"] if cfg.windows else []),
+                     [os.path.join(rope_scales, "rope_factors.json")])
+    search_preset = load_preset(cfg.preset, "search_scales")
+    steps, batch = cfg.fit_steps or search_preset.get("steps", 200), search_preset.get("fit_batch_size", 4)
+    for method in ("pi", "yarn"):
+        run_dir = study.path(f"rope_{method}_ft_{ft}")
+        study.train(f"rope_{method}_ft", [
+            f"--init_from={rope}", f"--out_dir={run_dir}", f"--block_size={int(cfg.finetune_length * L)}",
+            f"--rope_scaling={method}", f"--rope_factor={cfg.finetune_length:g}", f"--max_iters={steps}",
+            f"--batch_size={batch}", f"--learning_rate={cfg.finetune_lr:g}", f"--min_lr={cfg.finetune_lr / 10:g}",
+            f"--warmup_iters={max(1, steps // 10)}", f"--eval_interval={steps}", "--overwrite"],
+            [os.path.join(run_dir, "summary.json")])
+
+
+def evaluate_rows(study):
+    """Every row on the same windows at every length, then each model reading only its last L."""
+    cfg, L, scales, out, ev = study.cfg, study.L, study.scales, study.out, study.ev
+    named = lambda name, *path: f"{name}={os.path.join(*path)}"  # noqa: E731  evaluate.py's NAME=PATH
+    methods = [named("nope", study.ckpt("nope")), named("rope", study.ckpt("rope"))]
+    methods += [named("nope_notoken", study.ckpt("nope_notoken"))] if cfg.notoken else []
+    methods += [named(f"nope_uniform_{length_name(k)}", scales, f"uniform_grid_{length_name(k)}.pt") for k in cfg.grid_lengths]
+    methods += [named(f"nope_headscale_{length_name(k)}", scales, f"head_{length_name(k)}.pt") for k in cfg.fit_lengths]
+    methods += [named(f"nope_headscale_{study.ab}{tag}", scales, f"head_{study.ab}{tag}.pt") for tag in ("_noclamp", "_noinit")]
     ft = length_name(cfg.finetune_length)
-    if cfg.rope_baselines:
-        stages.run("rope_grid", ["search_scales.py", f"--ckpt={rope_ckpt}", f"--out_dir={rope_scales}",
-                                 f"--preset={cfg.preset}", "--grid=false", "--fit_lengths=", "--rope_grid",
-                                 f"--lengths={lengths([k for k in cfg.lengths if k > 1])}"]  # the evaluated lengths past L
-                   + ([f"--windows={cfg.windows}"] if cfg.windows else []),
-                   [os.path.join(rope_scales, "rope_factors.json")])
-        search_preset = load_preset(cfg.preset, "search_scales")
-        steps = cfg.fit_steps or search_preset.get("steps", 200)
-        batch = search_preset.get("fit_batch_size", 4)
-        for method in ("pi", "yarn"):
-            run_dir = os.path.join(out, f"rope_{method}_ft_{ft}")
-            stages.run(f"rope_{method}_ft", [
-                "train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}", f"--init_from={rope_ckpt}",
-                f"--out_dir={run_dir}", f"--block_size={int(cfg.finetune_length * L)}", f"--rope_scaling={method}",
-                f"--rope_factor={cfg.finetune_length:g}", f"--max_iters={steps}", f"--batch_size={batch}",
-                f"--learning_rate={cfg.finetune_lr:g}", f"--min_lr={cfg.finetune_lr / 10:g}",
-                f"--warmup_iters={max(1, steps // 10)}", f"--eval_interval={steps}", "--overwrite"],
-                [os.path.join(run_dir, "summary.json")])
-
-    # 4. evaluate everything on the same windows
-    ev = os.path.join(out, "eval")
-    methods = [f"nope={nope_ckpt}", f"rope={os.path.join(out, 'rope', 'ckpt.pt')}"]
-    if cfg.notoken:
-        methods.append(f"nope_notoken={os.path.join(out, 'nope_notoken', 'ckpt.pt')}")
-    methods += [f"nope_uniform_{length_name(k)}={os.path.join(scales, f'uniform_grid_{length_name(k)}.pt')}"
-                for k in cfg.grid_lengths]
-    methods += [f"nope_headscale_{length_name(k)}={os.path.join(scales, f'head_{length_name(k)}.pt')}" for k in cfg.fit_lengths]
-    methods += [f"nope_headscale_{ab}{tag}={os.path.join(scales, f'head_{ab}{tag}.pt')}" for tag in ("_noclamp", "_noinit")]
-    if cfg.rope_baselines:
-        methods += [f"rope_{m}_ft_{ft}={os.path.join(out, f'rope_{m}_ft_{ft}', 'ckpt.pt')}" for m in ("pi", "yarn")]
-    eval_common = [f"--out_dir={ev}", f"--lengths={lengths(cfg.lengths)}", f"--preset={cfg.preset}"]
-    if cfg.windows:
-        eval_common.append(f"--windows={cfg.windows}")
+    methods += [named(f"rope_{m}_ft_{ft}", study.ckpt(f"rope_{m}_ft_{ft}")) for m in ("pi", "yarn")] if cfg.rope_baselines else []
 
     def fresh_eval(done, cmd):  # results.json merges by method: start it afresh
         shutil.rmtree(ev, ignore_errors=True)
         return cmd
-    stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", *entropy_args(methods), *eval_common],
-               [os.path.join(ev, "results.json")], fresh_eval)
+    results = [os.path.join(ev, "results.json")]
+    study.stages.run("evaluate", ["evaluate.py", f"--ckpts={','.join(methods)}", *entropy_args(methods),
+                                  *study.evaluate], results, fresh_eval)
     if cfg.rope_baselines:
         for m in ("pi", "ntk", "yarn"):
-            stages.run(f"evaluate_rope_{m}", ["evaluate.py", f"--ckpts=rope_{m}_zeroshot={rope_ckpt}",
-                                              f"--rope_scaling={m}", f"--rope_factors={rope_scales}/rope_factors.json",
-                                              "--samples=false", "--entropy=false", *eval_common],
-                       [os.path.join(ev, "results.json")])
-    window_methods = f"nope_window_L={nope_ckpt},rope_window_L={rope_ckpt}"
-    if cfg.notoken:
-        window_methods += f",nope_notoken_window_L={os.path.join(out, 'nope_notoken', 'ckpt.pt')}"
-    stages.run("evaluate_window", ["evaluate.py", f"--ckpts={window_methods}", f"--context={L}", "--samples=false",
-                                   "--entropy=false", *eval_common], [os.path.join(ev, "results.json")])
+            study.stages.run(f"evaluate_rope_{m}", ["evaluate.py", f"--ckpts=rope_{m}_zeroshot={study.ckpt('rope')}",
+                                                    f"--rope_scaling={m}",
+                                                    f"--rope_factors={os.path.join(out, 'scales_rope', 'rope_factors.json')}",
+                                                    "--samples=false", "--entropy=false", *study.evaluate], results)
+    window = f"nope_window_L={study.ckpt('nope')},rope_window_L={study.ckpt('rope')}"
+    window += f",nope_notoken_window_L={study.ckpt('nope_notoken')}" if cfg.notoken else ""
+    study.stages.run("evaluate_window", ["evaluate.py", f"--ckpts={window}", f"--context={L}", "--samples=false",
+                                         "--entropy=false", *study.evaluate], results)
 
-    # 5. passkey retrieval. The models learn the skill by fine-tuning on text mixed with passkey
-    # examples at L; then, as in the paper, the NoPE remedies are fitted on the LM loss alone
-    # (uniform grid and HeadScale with its two ablations, at 4L) and every variant is tested
-    # on the same prompts
-    need = Dataset(cfg.dataset, bos=True).passkey().shortest() if cfg.passkey else 0
-    if cfg.passkey and L < need:
+
+def passkey_rows(study):
+    """The models learn retrieval by fine-tuning on text mixed with passkey examples at L; then, as
+    in the paper, the NoPE remedies are fitted on the LM loss alone (uniform grid and HeadScale with
+    its two ablations, at ablation_length) and every variant is tested on the same prompts."""
+    cfg, L, ab = study.cfg, study.L, study.ab
+    need = Dataset(cfg.dataset, bos=True).passkey().shortest()
+    if L < need:
         print(f"[passkey] skipped: L = {L} is shorter than a passkey example ({need} tokens); "
               f"use --block_size={need} or more to run it")
-    elif cfg.passkey:
-        pk = os.path.join(out, "passkey")
-        for pe in ("nope", "rope"):
-            stages.run(f"passkey_train_{pe}", [
-                "train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}",
-                f"--init_from={os.path.join(out, pe, 'ckpt.pt')}", f"--out_dir={os.path.join(pk, pe)}",
-                f"--block_size={L}", f"--passkey_frac={cfg.passkey_frac:g}", "--batch_size=32",
-                f"--max_iters={cfg.passkey_steps}",
-                f"--learning_rate={cfg.passkey_lr:g}", f"--min_lr={cfg.passkey_lr / 10:g}",
-                f"--warmup_iters={max(1, cfg.passkey_steps // 10)}", f"--eval_interval={cfg.passkey_steps}",
-                "--overwrite"], [os.path.join(pk, pe, "summary.json")])
-        pk_nope, pk_scales = os.path.join(pk, "nope", "ckpt.pt"), os.path.join(pk, "scales")
-        pk_common = [f"--ckpt={pk_nope}", f"--out_dir={pk_scales}", f"--preset={cfg.preset}"]
-        if cfg.fit_steps:
-            pk_common.append(f"--steps={cfg.fit_steps}")
-        stages.run("passkey_search", ["search_scales.py", *pk_common, f"--lengths={cfg.ablation_length:g}",
-                                      f"--fit_lengths={cfg.ablation_length:g}"],
-                   [os.path.join(pk_scales, f"head_{ab}.pt")])
-        for tag, extra in (("_noclamp", ["--min_scale=0"]), ("_noinit", ["--init=1"])):
-            stages.run(f"passkey_ablation{tag}", ["search_scales.py", *pk_common, "--grid=false",
-                                                  f"--fit_lengths={cfg.ablation_length:g}", f"--tag={tag}", *extra],
-                       [os.path.join(pk_scales, f"head_{ab}{tag}.pt")])
-        pk_methods = [f"nope={pk_nope}", f"rope={os.path.join(pk, 'rope', 'ckpt.pt')}",
-                      f"nope_uniform_{ab}={os.path.join(pk_scales, f'uniform_grid_{ab}.pt')}"]
-        pk_methods += [f"nope_headscale_{ab}{tag}={os.path.join(pk_scales, f'head_{ab}{tag}.pt')}"
-                       for tag in ("", "_noclamp", "_noinit")]
-        stages.run("passkey_eval", ["tools/passkey.py", f"--ckpts={','.join(pk_methods)}", f"--out_dir={pk}",
-                                    f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
-                                    f"--avg_up_to={max(cfg.passkey_lengths):g}"],
-                   [os.path.join(pk, "passkey.json")])
-
-    # 5b. lambda that follows the position: slopes set (Qwen's logn, the grid's a) and fitted, and
-    # HeadScale at the longer lengths, to compare what holds past the length a fit was made at
-    if cfg.logscale:
-        lg = length_name(cfg.logscale_length)
-        more = [k for k in cfg.logscale_fit_lengths if k not in cfg.fit_lengths]  # already fitted otherwise
-        if more:
-            stages.run("search_logscale_headscale", ["search_scales.py", *common, "--grid=false",
-                                                     f"--fit_lengths={lengths(more)}"],
-                       [os.path.join(scales, f"head_{length_name(k)}.pt") for k in more])
-        stages.run("search_logscale", ["search_scales.py", *common, "--grid=false", "--fit=log",
-                                       f"--fit_lengths={cfg.logscale_length:g}", "--set_log=logn,grid"],
-                   [os.path.join(scales, f) for f in (f"headlog_{lg}.pt", "log_logn.pt", "log_grid.pt")])
-        log_methods = [f"nope_logn={os.path.join(scales, 'log_logn.pt')}",
-                       f"nope_loglam={os.path.join(scales, 'log_grid.pt')}",
-                       f"nope_headscale_log_{lg}={os.path.join(scales, f'headlog_{lg}.pt')}"]
-        log_methods += [f"nope_headscale_{length_name(k)}={os.path.join(scales, f'head_{length_name(k)}.pt')}" for k in more]
-        stages.run("evaluate_logscale", ["evaluate.py", f"--ckpts={','.join(log_methods)}", "--samples=false",
-                                         *entropy_args(log_methods), *eval_common],
-                   [os.path.join(ev, "results.json")])
-
-    # 5c. NoPE as production models use it since the paper (docs/modern.md)
-    if cfg.modern:
-        modern_rows(cfg, stages, out, L, overrides, eval_common)
-
-    # 6. the figures, drawn from the saved files (cheap: always redrawn), and the report
-    subprocess.run([sys.executable, "tools/plot.py", f"--study={out}"], cwd=ROOT, check=True)
-    write_report(cfg, out, L, stages.seconds, time.time() - t_start)
+        return
+    pk = study.path("passkey")
+    for pe in ("nope", "rope"):
+        study.train(f"passkey_train_{pe}", [
+            f"--init_from={study.ckpt(pe)}", f"--out_dir={os.path.join(pk, pe)}", f"--block_size={L}",
+            f"--passkey_frac={cfg.passkey_frac:g}", "--batch_size=32", f"--max_iters={cfg.passkey_steps}",
+            f"--learning_rate={cfg.passkey_lr:g}", f"--min_lr={cfg.passkey_lr / 10:g}",
+            f"--warmup_iters={max(1, cfg.passkey_steps // 10)}", f"--eval_interval={cfg.passkey_steps}",
+            "--overwrite"], [os.path.join(pk, pe, "summary.json")])
+    pk_nope, pk_scales = os.path.join(pk, "nope", "ckpt.pt"), os.path.join(pk, "scales")
+    pk_common = [f"--ckpt={pk_nope}", f"--out_dir={pk_scales}", f"--preset={cfg.preset}"]
+    pk_common += [f"--steps={cfg.fit_steps}"] if cfg.fit_steps else []
+    study.stages.run("passkey_search", ["search_scales.py", *pk_common, f"--lengths={cfg.ablation_length:g}",
+                                        f"--fit_lengths={cfg.ablation_length:g}"], [os.path.join(pk_scales, f"head_{ab}.pt")])
+    for tag, extra in (("_noclamp", ["--min_scale=0"]), ("_noinit", ["--init=1"])):
+        study.stages.run(f"passkey_ablation{tag}", ["search_scales.py", *pk_common, "--grid=false",
+                                                    f"--fit_lengths={cfg.ablation_length:g}", f"--tag={tag}", *extra],
+                         [os.path.join(pk_scales, f"head_{ab}{tag}.pt")])
+    pk_methods = [f"nope={pk_nope}", f"rope={os.path.join(pk, 'rope', 'ckpt.pt')}",
+                  f"nope_uniform_{ab}={os.path.join(pk_scales, f'uniform_grid_{ab}.pt')}"]
+    pk_methods += [f"nope_headscale_{ab}{tag}={os.path.join(pk_scales, f'head_{ab}{tag}.pt')}"
+                   for tag in ("", "_noclamp", "_noinit")]
+    study.stages.run("passkey_eval", ["tools/passkey.py", f"--ckpts={','.join(pk_methods)}", f"--out_dir={pk}",
+                                      f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
+                                      f"--avg_up_to={max(cfg.passkey_lengths):g}"], [os.path.join(pk, "passkey.json")])
 
 
-def modern_rows(cfg, stages, out, L, overrides, eval_common):
+def logscale_rows(study):
+    """Slopes set (Qwen's logn, the grid's a) and fitted, and HeadScale at the longer lengths, to
+    compare what holds past the length a fit was made at."""
+    cfg, scales = study.cfg, study.scales
+    lg = length_name(cfg.logscale_length)
+    more = [k for k in cfg.logscale_fit_lengths if k not in cfg.fit_lengths]  # already fitted otherwise
+    if more:
+        study.stages.run("search_logscale_headscale", ["search_scales.py", *study.search, "--grid=false",
+                                                       f"--fit_lengths={lengths(more)}"],
+                         [os.path.join(scales, f"head_{length_name(k)}.pt") for k in more])
+    study.stages.run("search_logscale", ["search_scales.py", *study.search, "--grid=false", "--fit=log",
+                                         f"--fit_lengths={cfg.logscale_length:g}", "--set_log=logn,grid"],
+                     [os.path.join(scales, f) for f in (f"headlog_{lg}.pt", "log_logn.pt", "log_grid.pt")])
+    log_methods = [f"nope_logn={os.path.join(scales, 'log_logn.pt')}",
+                   f"nope_loglam={os.path.join(scales, 'log_grid.pt')}",
+                   f"nope_headscale_log_{lg}={os.path.join(scales, f'headlog_{lg}.pt')}"]
+    log_methods += [f"nope_headscale_{length_name(k)}={os.path.join(scales, f'head_{length_name(k)}.pt')}" for k in more]
+    study.stages.run("evaluate_logscale", ["evaluate.py", f"--ckpts={','.join(log_methods)}", "--samples=false",
+                                           *entropy_args(log_methods), *study.evaluate],
+                     [os.path.join(study.ev, "results.json")])
+
+
+def modern_rows(study):
     """Hybrid RoPE/NoPE layers (Llama 4, SmolLM3, Cohere's RNoPE-SWA) and DroPE (RoPE dropped after
     training), trained, fitted and evaluated like every row. A hybrid's lambda and Llama 4's
     temperature act on its NoPE layers alone; each model's reference is itself reading its last L."""
-    join, ab = os.path.join, length_name(cfg.ablation_length)
-    rope, steps = join(out, "rope", "ckpt.pt"), cfg.fit_steps or load_preset(cfg.preset, "search_scales").get("steps", 200)
-    base = ["train.py", f"--preset={cfg.preset}", f"--dataset={cfg.dataset}"]
+    cfg, L, ab, out = study.cfg, study.L, study.ab, study.out
+    join, rope = os.path.join, study.ckpt("rope")
+    steps = cfg.fit_steps or load_preset(cfg.preset, "search_scales").get("steps", 200)
     window = max(1, int(cfg.modern_window * L))
     models = {"hybrid": [f"--nope_every={cfg.nope_every}"],
               "hybrid_swa": [f"--nope_every={cfg.nope_every}", f"--rope_window={window}"]}
     for name, extra in models.items():  # trained from scratch as the NoPE and RoPE twins are
-        run_dir = join(out, name)
-        stages.run(f"train_{name}", [*base, "--pos_encoding=rope", "--bos=true", *extra, f"--out_dir={run_dir}",
-                                     *overrides], [join(run_dir, "summary.json")], resume_or_restart(run_dir, cfg.force))
+        run_dir = study.path(name)
+        study.train(f"train_{name}", ["--pos_encoding=rope", "--bos=true", *extra, f"--out_dir={run_dir}",
+                                      *study.overrides], [join(run_dir, "summary.json")], resume_dir=run_dir)
     # DroPE: the RoPE twin without RoPE, as is (no step), then recalibrated at L with the text of
     # HeadScale's budget (its steps, its sequences' tokens) and with a larger budget (drope)
     batch = int(load_preset(cfg.preset, "search_scales").get("fit_batch_size", 4) * cfg.ablation_length)
     drope = {"drope_zeroshot": (0, batch), "drope_short": (steps, batch), "drope": (cfg.drope_steps, 32)}
     for name, (n_steps, b) in drope.items():
-        run_dir = join(out, name)
-        stages.run(f"train_{name}", [*base, f"--init_from={rope}", "--pos_encoding=nope", f"--out_dir={run_dir}",
-                                     f"--block_size={L}", f"--max_iters={n_steps}", f"--batch_size={b}",
-                                     f"--learning_rate={cfg.drope_lr:g}",
-                                     f"--min_lr={cfg.drope_lr / 10:g}", f"--warmup_iters={max(1, n_steps // 10)}",
-                                     f"--eval_interval={max(1, n_steps)}", "--overwrite"], [join(run_dir, "summary.json")])
+        study.train(f"train_{name}", [f"--init_from={rope}", "--pos_encoding=nope", f"--out_dir={join(out, name)}",
+                                      f"--block_size={L}", f"--max_iters={n_steps}", f"--batch_size={b}",
+                                      f"--learning_rate={cfg.drope_lr:g}", f"--min_lr={cfg.drope_lr / 10:g}",
+                                      f"--warmup_iters={max(1, n_steps // 10)}", f"--eval_interval={max(1, n_steps)}",
+                                      "--overwrite"], [join(out, name, "summary.json")])
     # Llama 4's temperature on each hybrid's NoPE layers: a setting, no training (converted, 0 steps)
     for name in models:
         run_dir = join(out, f"{name}_llama4")
-        stages.run(f"convert_{name}_llama4", [*base, f"--init_from={join(out, name, 'ckpt.pt')}",
-                                               f"--nope_temp={cfg.llama4_scale:g}", "--max_iters=0", f"--block_size={L}",
-                                               f"--out_dir={run_dir}", "--overwrite"], [join(run_dir, "summary.json")])
+        study.train(f"convert_{name}_llama4", [f"--init_from={study.ckpt(name)}", f"--nope_temp={cfg.llama4_scale:g}",
+                                                "--max_iters=0", f"--block_size={L}", f"--out_dir={run_dir}",
+                                                "--overwrite"], [join(run_dir, "summary.json")])
     # the paper's remedies on the NoPE layers of each hybrid, and on DroPE
-    rows = [f"{n}={join(out, n, 'ckpt.pt')}" for n in [*models, *drope, *(f"{m}_llama4" for m in models)]]
+    rows = [f"{n}={study.ckpt(n)}" for n in [*models, *drope, *(f"{m}_llama4" for m in models)]]
     for name in [*models, "drope"]:
         sc = join(out, f"scales_{name}")
-        stages.run(f"search_{name}", ["search_scales.py", f"--ckpt={join(out, name, 'ckpt.pt')}", f"--out_dir={sc}",
-                                      f"--preset={cfg.preset}", f"--lengths={cfg.ablation_length:g}",
-                                      f"--fit_lengths={cfg.ablation_length:g}"]
-                   + ([f"--steps={cfg.fit_steps}"] if cfg.fit_steps else []) + ([f"--windows={cfg.windows}"] if cfg.windows else []),
-                   [join(sc, f"head_{ab}.pt")])
+        study.stages.run(f"search_{name}", ["search_scales.py", f"--ckpt={study.ckpt(name)}", f"--out_dir={sc}",
+                                            f"--preset={cfg.preset}", f"--lengths={cfg.ablation_length:g}",
+                                            f"--fit_lengths={cfg.ablation_length:g}"]
+                         + ([f"--steps={cfg.fit_steps}"] if cfg.fit_steps else [])
+                         + ([f"--windows={cfg.windows}"] if cfg.windows else []), [join(sc, f"head_{ab}.pt")])
         rows += [f"{name}_uniform_{ab}={join(sc, f'uniform_grid_{ab}.pt')}", f"{name}_headscale_{ab}={join(sc, f'head_{ab}.pt')}"]
-    stages.run("evaluate_modern", ["evaluate.py", f"--ckpts={','.join(rows)}", "--samples=false", *entropy_args(rows),
-                                   *eval_common], [join(out, "eval", "results.json")])
-    refs = [f"{n}_window_L={join(out, n, 'ckpt.pt')}" for n in [*models, *drope]]
-    stages.run("evaluate_modern_window", ["evaluate.py", f"--ckpts={','.join(refs)}", f"--context={L}", "--samples=false",
-                                          "--entropy=false", *eval_common], [join(out, "eval", "results.json")])
+    results = [join(study.ev, "results.json")]
+    study.stages.run("evaluate_modern", ["evaluate.py", f"--ckpts={','.join(rows)}", "--samples=false",
+                                         *entropy_args(rows), *study.evaluate], results)
+    refs = [f"{n}_window_L={study.ckpt(n)}" for n in [*models, *drope]]
+    study.stages.run("evaluate_modern_window", ["evaluate.py", f"--ckpts={','.join(refs)}", f"--context={L}",
+                                                "--samples=false", "--entropy=false", *study.evaluate], results)
 
 
 def write_report(cfg, out, L, times, wall):

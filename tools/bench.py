@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python to
 
 from evaluate import length_list, measure
 from model import GPT, GPTConfig
+from search_scales import SearchConfig
 from tools.cli import (UserError, autocast, grad_scaler, load_preset, parse_config, pick_device, pick_dtype,
                        run_main, write_json)
 
@@ -218,8 +219,10 @@ def main():
     x = torch.randint(0, mcfg.vocab_size, (cfg.grid_windows, n4 + 1))
     grid = timed(lambda: measure(model, x, cfg.eval_batch, ctx), device, reps=1, warmup=1)
     res["grid_point"] = {"length": n4, "windows": cfg.grid_windows, "seconds": grid}
-    print(f"grid   one lambda at 4L ({cfg.grid_windows} windows): {grid:.2f} s; a 31-point grid at 2L+4L+8L "
-          f"takes about {31 * grid * (2 + 4 + 8) / 4:.0f} s")
+    sc = SearchConfig()  # search_scales.py's default grid
+    points = round((sc.lam_max - sc.lam_min) / sc.lam_step) + 1
+    print(f"grid   one lambda at 4L ({cfg.grid_windows} windows): {grid:.2f} s; a {points}-point grid at 2L+4L+8L "
+          f"takes about {points * grid * (2 + 4 + 8) / 4:.0f} s")
 
     # evaluation: time and peak memory, each measurement in a fresh process
     res["eval"] = []

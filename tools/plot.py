@@ -83,6 +83,8 @@ def style(name):
         (r"hybrid_llama4$", BLACK, "-", "x", "hybrid, Llama 4 temperature"),
         (r"hybrid_swa_headscale_", BLACK, "--", "D", "hybrid, windowed RoPE, HeadScale" + at),
         (r"hybrid_headscale_", BLACK, "-", "D", "hybrid, HeadScale" + at),
+        (r"hybrid_swa_uniform_", BLACK, "--", "^", "hybrid, windowed RoPE, uniform λ" + at),
+        (r"hybrid_uniform_", BLACK, "-", "^", "hybrid, uniform λ" + at),
         (r"hybrid_swa$", BLACK, "--", "o", "hybrid, windowed RoPE"),
         (r"hybrid$", BLACK, "-", "o", "hybrid RoPE/NoPE"),
         (r"drope_zeroshot$", DARK_RED, ":", "x", "DroPE, zero-shot"),
@@ -286,8 +288,9 @@ FAMILIES = {  # figure -> (title, which rows)
     "loss_start_token.png": ("NoPE with and without the start token, RoPE",
                              lambda n: n in ("nope", "nope_notoken", "rope")),
     "loss_modern.png": ("NoPE as used since the paper: hybrid RoPE/NoPE layers, DroPE",
-                        lambda n: n in ("nope", "rope", "nope_headscale_4L") or n.startswith(("hybrid", "drope"))
-                        and not n.endswith("window_L")),
+                        lambda n: n in ("nope", "rope", "nope_headscale_4L", "hybrid", "hybrid_llama4", "hybrid_swa",
+                                        "hybrid_headscale_4L", "drope_zeroshot", "drope_short", "drope",
+                                        "drope_uniform_4L", "drope_headscale_4L")),
 }
 
 
