@@ -29,6 +29,8 @@ Writes into out_dir (default: the checkpoint's folder + /scales):
                         (layerlog_4L.*, uniformlog_4L.*)
     log_logn.pt/.json   --set_log=logn: every slope 1/ln L (Qwen's logn attention), nothing fitted
     log_grid.pt/.json   --set_log=grid: every slope the grid's a at its longest length (log_0.3.*: a number)
+On a hybrid of RoPE and NoPE layers (GPTConfig.nope_every) every scale and slope acts on its NoPE
+layers alone; the RoPE layers keep lambda = 1.
 The grid scores windows of the validation split's "search" subset, which evaluate.py never
 scores (it takes the "eval" subset): lambda is not chosen on the text it is judged on.
 """

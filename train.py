@@ -5,6 +5,9 @@ Train a NoPE (or RoPE) GPT at length L = block_size.
     python train.py --preset=cpu --pos_encoding=rope --out_dir=out/rope
     python train.py --preset=cpu --resume                          # continue after a kill
     torchrun --standalone --nproc_per_node=2 train.py --preset=gpu  # data parallel (DDP)
+    python train.py --preset=cpu --pos_encoding=rope --nope_every=4   # a hybrid: every 4th layer NoPE
+    python train.py --preset=cpu --init_from=out/rope/ckpt.pt --pos_encoding=nope --max_iters=400
+                                                                   # DroPE: RoPE dropped, recalibrated
 
 Every row begins with the start token unless --bos=false (data/__init__.py says why).
 Writes out_dir/ckpt.pt (last, with optimizer state, for --resume), out_dir/best.pt

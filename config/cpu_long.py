@@ -1,6 +1,6 @@
 """The long CPU preset: the CPU preset's BPE corpus with twice its training tokens (batch 64),
-evaluation up to 16L and the passkey stage. About 8 minutes per model and an hour for the whole
-study on our 2-core machine."""
+evaluation up to 16L, nope_notoken, the RoPE baselines and the passkey stage. Its whole study has
+not been timed: each training takes about twice the cpu preset's."""
 
 train = dict(
     dataset="pystdlib_bpe2048",  # as the CPU preset

@@ -29,7 +29,7 @@ def test_search_scales_grid_and_fit(trained, tmp_path):
     assert "lam_mean" in proc.stdout and "tok/s" in proc.stdout
     with open(out / "grid.csv") as f:
         grid = list(csv.DictReader(f))
-    assert sorted({float(r["lam"]) for r in grid}) == [1.0, 1.5, 2.0, 2.5] and len(grid) == 8
+    assert sorted({float(r["lam"]) for r in grid}) == [1.0, 1.5, 2.0] and len(grid) == 6  # lam_max 2.0
     uni = json.loads((out / "uniform.json").read_text())
     best = uni["lengths"]["2L"]["best_lam"]
     losses = {float(r["lam"]): float(r["loss"]) for r in grid if r["length"] == "64"}
