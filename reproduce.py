@@ -316,6 +316,17 @@ def evaluate_rows(study):
                                          "--entropy=false", *study.evaluate], results)
 
 
+def passkey_finetune(study, run):
+    """OUT/passkey/run: the model OUT/run fine-tuned at L on text mixed with passkey examples."""
+    cfg, pk = study.cfg, study.path("passkey")
+    study.train(f"passkey_train_{run}", [
+        f"--init_from={study.ckpt(run)}", f"--out_dir={os.path.join(pk, run)}", f"--block_size={study.L}",
+        f"--passkey_frac={cfg.passkey_frac:g}", "--batch_size=32", f"--max_iters={cfg.passkey_steps}",
+        f"--learning_rate={cfg.passkey_lr:g}", f"--min_lr={cfg.passkey_lr / 10:g}",
+        f"--warmup_iters={max(1, cfg.passkey_steps // 10)}", f"--eval_interval={cfg.passkey_steps}",
+        "--overwrite"], [os.path.join(pk, run, "summary.json")])
+
+
 def passkey_rows(study):
     """The models learn retrieval by fine-tuning on text mixed with passkey examples at L; then, as
     in the paper, the NoPE remedies are fitted on the LM loss alone (uniform grid and HeadScale with
@@ -328,12 +339,7 @@ def passkey_rows(study):
         return
     pk = study.path("passkey")
     for pe in ("nope", "rope"):
-        study.train(f"passkey_train_{pe}", [
-            f"--init_from={study.ckpt(pe)}", f"--out_dir={os.path.join(pk, pe)}", f"--block_size={L}",
-            f"--passkey_frac={cfg.passkey_frac:g}", "--batch_size=32", f"--max_iters={cfg.passkey_steps}",
-            f"--learning_rate={cfg.passkey_lr:g}", f"--min_lr={cfg.passkey_lr / 10:g}",
-            f"--warmup_iters={max(1, cfg.passkey_steps // 10)}", f"--eval_interval={cfg.passkey_steps}",
-            "--overwrite"], [os.path.join(pk, pe, "summary.json")])
+        passkey_finetune(study, pe)
     pk_nope, pk_scales = os.path.join(pk, "nope", "ckpt.pt"), os.path.join(pk, "scales")
     pk_common = [f"--ckpt={pk_nope}", f"--out_dir={pk_scales}", f"--preset={cfg.preset}"]
     pk_common += [f"--steps={cfg.fit_steps}"] if cfg.fit_steps else []
@@ -420,6 +426,24 @@ def modern_rows(study):
     refs = [f"{n}_window_L={study.ckpt(n)}" for n in [*models, *drope]]
     study.stages.run("evaluate_modern_window", ["evaluate.py", f"--ckpts={','.join(refs)}", f"--context={L}",
                                                 "--samples=false", "--entropy=false", *study.evaluate], results)
+    if cfg.passkey:  # retrieval: loss alone flatters a row that ignores distant text
+        modern_passkey(study, [*models, "drope"])
+
+
+def modern_passkey(study, names):
+    """The hybrids and DroPE taught passkey retrieval as NoPE and RoPE are (passkey_rows), then
+    scored on the same prompts, into the same passkey folder."""
+    cfg, L = study.cfg, study.L
+    if L < Dataset(cfg.dataset, bos=True).passkey().shortest():
+        return  # passkey_rows said why
+    pk = study.path("passkey")
+    for name in names:
+        passkey_finetune(study, name)
+    rows = [f"{n}={os.path.join(pk, n, 'ckpt.pt')}" for n in names]
+    study.stages.run("passkey_eval_modern", ["tools/passkey.py", f"--ckpts={','.join(rows)}", f"--out_dir={pk}",
+                                             f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
+                                             f"--avg_up_to={max(cfg.passkey_lengths):g}"],
+                     [os.path.join(pk, "passkey.json")])
 
 
 def write_report(cfg, out, L, times, wall):
