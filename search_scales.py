@@ -243,17 +243,21 @@ def rope_factor_grid(model, ds, cfg, L, ctx):
 # HeadScale: gradient fit of the scales alone (or of their slopes a, --fit=log)
 
 def fit_scales(model, ds, cfg, n, init, ctx, device, scaler):
-    """Minimise the LM loss at length n over lam only, or with --fit=log over the slopes a only
-    (head_scale stays 1). scaler: tools.cli.grad_scaler (float16: the loss scaled up before backward,
-    lam's gradient scaled back before the step). Returns (table, log rows)."""
+    """HeadScale: minimise the LM loss at length n over lam alone, one per (layer, head) (or per
+    layer, or one), every weight of the model frozen; after every step the focus constraint
+    lam >= min_scale. With --fit=log the same loop fits the slopes a of
+    lam_h(i) = 1 + a_h ln(max(i, L) / L) instead, head_scale kept at 1, a >= 0 after every step.
+    scaler: tools.cli.grad_scaler (float16: the loss scaled up before backward, the gradient
+    scaled back before the step). Returns (the fitted (n_layer, n_head) table, log rows)."""
+    slopes = cfg.fit == "log"
     n_layer, n_head = len(scaled_layers(model)), model.config.n_head  # a hybrid: its NoPE layers alone
     shape = {"head": (n_layer, n_head), "layer": (n_layer, 1), "uniform": (1, 1)}[cfg.granularity]
-    slopes = cfg.fit == "log"
-    put = model.set_head_slopes if slopes else model.set_head_scales
-    # the clamp after every step: a >= 0, or the focus constraint lam >= min_scale (lam > 0 always)
-    floor = 0.0 if slopes else cfg.min_scale if cfg.min_scale > 0 else 1e-3
-    sym = "a" if slopes else "lam"
     lam = torch.full(shape, float(init), dtype=torch.float32, device=device, requires_grad=True)  # fp32 always
+    lowest = 0.0 if slopes else cfg.min_scale or 1e-3  # min_scale 0: no clamp, but lam stays > 0
+
+    def table():  # lam as the model's (n_layer, n_head) table; a hybrid's RoPE layers keep lam = 1, a = 0
+        return on_layers(model, lam.expand(n_layer, n_head), 0.0 if slopes else 1.0)
+
     model.requires_grad_(False)  # frozen: autograd computes no weight gradients, only activations' on the way to lam
     model.eval()                 # no dropout: the fit sees the model as it is evaluated
     opt = torch.optim.AdamW([lam], lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=0.0)
@@ -266,7 +270,10 @@ def fit_scales(model, ds, cfg, n, init, ctx, device, scaler):
         opt.param_groups[0]["lr"] = lr
         g.manual_seed(cfg.seed * 7_919 + step)
         x, y = ds.get_batch("train", cfg.fit_batch_size, n, g, device)
-        put(on_layers(model, lam.expand(n_layer, n_head), 0.0 if slopes else 1.0))
+        if slopes:
+            model.set_head_slopes(table())
+        else:
+            model.set_head_scales(table())  # logits lam_h q.k / sqrt(d): lam folded into q (model.py)
         with ctx:
             _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
@@ -274,16 +281,17 @@ def fit_scales(model, ds, cfg, n, init, ctx, device, scaler):
         scaler.step(opt)
         scaler.update()
         with torch.no_grad():
-            lam.clamp_(min=floor)
+            lam.clamp_(min=lowest)
         if not math.isfinite(loss.item()):
             raise UserError(f"the fit diverged (loss {loss.item()}) at step {step}; lower --lr")
         log.append([step + 1, round(loss.item(), 5), round(lam.mean().item(), 4), round(lam.min().item(), 4),
                     round(lam.max().item(), 4), lr])
         if (step + 1) % cfg.log_interval == 0 or step + 1 == cfg.steps:
+            sym = "a" if slopes else "lam"
             print(progress.line(step + 1, loss=loss.item(), **{f"{sym}_mean": f"{lam.mean().item():.3f}",
                                 f"{sym}_min": f"{lam.min().item():.3f}", f"{sym}_max": f"{lam.max().item():.3f}"}),
                   flush=True)
-    return on_layers(model, lam.detach().expand(n_layer, n_head), 0.0 if slopes else 1.0).clone(), log
+    return table().detach().clone(), log
 
 
 def set_log(model, value, L, uniform_path, out, extras):

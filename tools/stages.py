@@ -68,7 +68,8 @@ def what_changed(done, now):
     if done.get("cmd") != now["cmd"]:
         return "the command changed"
     if done.get("preset") != now["preset"]:
-        return f"config/{now['preset']['name']}.py changed"
+        name = now["preset"]["name"]
+        return f"{name if name.endswith('.py') else f'config/{name}.py'} changed"
     code = done.get("code") or {}
     changed = sorted(f for f in set(code) | set(now["code"]) if code.get(f) != now["code"].get(f))
     return f"{', '.join(changed)} changed" if changed else None
