@@ -206,6 +206,42 @@ def check_resume(cfg, saved, path, iter_num):
               + (": the cosine now ends at the new max_iters" if not cfg.lr_decay_iters else ""))
 
 
+def make_model(cfg, ckpt_path):
+    """The model (on the CPU) and its data: fresh; resumed from ckpt_path (--resume, with the
+    checkpoint, whose optimizer state main() loads); or initialised from another checkpoint
+    (--init_from: its weights, shape and position settings, a fresh optimizer).
+    Returns (model, dataset, the resumed checkpoint or None)."""
+    # cfg.block_size is the length we train on. Fine-tuning (--init_from) takes the model's shape
+    # from that checkpoint, and keeps its L (config.block_size: what results count lengths in).
+    if cfg.init_from:
+        load = dict(dropout=cfg.dropout, rope_scaling=cfg.rope_scaling, rope_factor=cfg.rope_factor)
+        init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", **load)
+        changed = init_overrides(cfg, init_model.config)
+        if changed:  # the same weights in the model asked for (DroPE: RoPE removed)
+            init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", **load, **changed)
+        if cfg.bos != init_model.config.bos:  # a model keeps the start-token mode it was trained in
+            raise UserError(f"{cfg.init_from} was trained {'with' if init_model.config.bos else 'without'} the "
+                            f"start token; pass --bos={str(init_model.config.bos).lower()} to fine-tune it")
+        ds = Dataset.for_model(init_model.config, init_ckpt, cfg.dataset)  # the same data, the same token mode
+        for k in SHAPE_KEYS + POSITION_KEYS:  # what the run records: the model as it is fine-tuned
+            setattr(cfg, k, getattr(init_model.config, k))
+    else:
+        ds = Dataset(cfg.dataset, bos=cfg.bos)
+    if cfg.resume:
+        if not os.path.exists(ckpt_path):
+            raise UserError(f"--resume but {ckpt_path} does not exist; start without --resume")
+        model, ckpt = load_checkpoint(ckpt_path, "cpu")
+        check_resume(cfg, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"])
+        Dataset.for_model(model.config, ckpt, cfg.dataset)  # the same text as before the interruption
+        return model, ds, ckpt
+    if os.path.exists(ckpt_path) and not cfg.overwrite:
+        raise UserError(f"{ckpt_path} already exists: pass --resume to continue it, --overwrite to "
+                        "replace it, or another --out_dir")
+    if cfg.init_from:
+        return init_model, ds, None
+    return GPT(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS}, vocab_size=ds.vocab_size)), ds, None
+
+
 def start_processes(cfg):
     """One process, or one per card under torchrun (DDP: each takes cuda:LOCAL_RANK, nccl; or the
     CPU with --device=cpu, gloo). Returns (ddp, rank, world, device)."""
@@ -242,39 +278,11 @@ def main():
     log_path = os.path.join(cfg.out_dir, "train_log.csv")
 
     # --- model: fresh, resumed, or initialised from another checkpoint ----------------
-    # cfg.block_size is the length we train on. Fine-tuning (--init_from) takes the model's shape
-    # from that checkpoint, and keeps its L (config.block_size: what results count lengths in).
-    if cfg.init_from:
-        load = dict(dropout=cfg.dropout, rope_scaling=cfg.rope_scaling, rope_factor=cfg.rope_factor)
-        init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", **load)
-        changed = init_overrides(cfg, init_model.config)
-        if changed:  # the same weights in the model asked for (DroPE: RoPE removed)
-            init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", **load, **changed)
-        if cfg.bos != init_model.config.bos:  # a model keeps the start-token mode it was trained in
-            raise UserError(f"{cfg.init_from} was trained {'with' if init_model.config.bos else 'without'} the "
-                            f"start token; pass --bos={str(init_model.config.bos).lower()} to fine-tune it")
-        ds = Dataset.for_model(init_model.config, init_ckpt, cfg.dataset)  # the same data, the same token mode
-        for k in SHAPE_KEYS + POSITION_KEYS:  # what the run records: the model as it is fine-tuned
-            setattr(cfg, k, getattr(init_model.config, k))
-    else:
-        ds = Dataset(cfg.dataset, bos=cfg.bos)
-    iter_num, best_val, log_rows, ckpt = 0, float("inf"), [], None
-    if cfg.resume:
-        if not os.path.exists(ckpt_path):
-            raise UserError(f"--resume but {ckpt_path} does not exist; start without --resume")
-        model, ckpt = load_checkpoint(ckpt_path, "cpu")
-        check_resume(cfg, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"])
-        Dataset.for_model(model.config, ckpt, cfg.dataset)  # the same text as before the interruption
+    model, ds, ckpt = make_model(cfg, ckpt_path)
+    iter_num, best_val, log_rows = 0, float("inf"), []
+    if ckpt is not None:  # resumed: the step, the best loss and the log go on
         iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
         log_rows = [list(r.values()) for r in ckpt.get("log", [])]
-    else:
-        if os.path.exists(ckpt_path) and not cfg.overwrite:
-            raise UserError(f"{ckpt_path} already exists: pass --resume to continue it, --overwrite to "
-                            "replace it, or another --out_dir")
-        if cfg.init_from:
-            model = init_model
-        else:
-            model = GPT(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS}, vocab_size=ds.vocab_size))
     model.to(device)
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
                                            device.split(":")[0])
