@@ -328,7 +328,7 @@ def write_tables(out, results):
     L = results["train_len"]
     rows, lines = [], []
     lengths = sorted({n for m in results["methods"].values() for n in m["lengths"]})
-    head = "| method | " + " | ".join(f"{n / L:g}L" for n in lengths) + " |"
+    head = "| method | " + " | ".join(length_name(n / L) for n in lengths) + " |"
     rule = "|---|" + "---:|" * len(lengths)
     for title, key, fmt in (("Tail-metric perplexity (the paper's protocol)", "tail_loss", lambda v: f"{math.exp(v):.2f}"),
                             ("Mean loss over all positions (nats/token)", "loss", lambda v: f"{v:.3f}")):

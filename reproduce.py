@@ -169,7 +169,7 @@ def check(cfg):
     if cfg.logscale:
         missing = [k for k in [cfg.logscale_length, *cfg.logscale_fit_lengths] if k not in cfg.grid_lengths]
         if missing:
-            raise UserError(f"--logscale fits at {', '.join(f'{k:g}L' for k in missing)} from the grid there: "
+            raise UserError(f"--logscale fits at {', '.join(length_name(k) for k in missing)} from the grid there: "
                             f"add {','.join(f'{k:g}' for k in missing)} to --grid_lengths (now "
                             f"{','.join(f'{k:g}' for k in cfg.grid_lengths)})")
     if cfg.modern:
@@ -516,7 +516,7 @@ def write_report(cfg, out, L, times, wall):
         pk = read_json(os.path.join(out, "passkey", "passkey.json"))
         lines += ["", "**Passkey retrieval** (exact match, greedy; 10 depths x "
                   f"{cfg.passkey_keys} keys per length; models fine-tuned with passkey examples at L; mean over "
-                  f"lengths up to {pk['avg_up_to']:g}L)", "", open(pk_table, encoding="utf-8").read().strip(),
+                  f"lengths up to {length_name(pk['avg_up_to'])})", "", open(pk_table, encoding="utf-8").read().strip(),
                   "", "Heat maps: " + ", ".join(f"[{p}](passkey/{p})" for p in sorted(os.listdir(os.path.dirname(pk_table)))
                                                 if p.endswith(".png"))]
     check = subprocess.run([sys.executable, "tools/findings.py", out], cwd=ROOT, capture_output=True, text=True,

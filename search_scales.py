@@ -130,9 +130,12 @@ def check(cfg):
     for m in cfg.rope_methods:
         if m not in ("pi", "ntk", "yarn"):
             raise UserError(f"--rope_methods takes pi, ntk, yarn; got {m!r}")
-    for k in ("windows", "steps", "fit_batch_size", "batch_size"):
+    for k in ("windows", "steps", "fit_batch_size", "batch_size", "log_interval", "lr"):
         if getattr(cfg, k) <= 0:
             raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
+    for k in ("tail", "position_bins"):
+        if getattr(cfg, k) < 0:
+            raise UserError(f"--{k} must be >= 0 (0 = L/8), got {getattr(cfg, k)}")
 
 
 def scaled_layers(model):
@@ -171,13 +174,12 @@ def fit_log_law(positions, lam, L):
     return a, (1.0 - ss_res / ss_tot) if ss_tot > 0 else float("nan")
 
 
-def grid_search(model, ds, cfg, L, ctx):
+def grid_search(model, windows_at, cfg, L, ctx):
     lams = np.round(np.arange(cfg.lam_min, cfg.lam_max + cfg.lam_step / 2, cfg.lam_step), 6)
     tail = cfg.tail or default_tail(L)
     width = cfg.position_bins or max(1, L // 8)
     rows, summary = [], {}
-    for n in length_list(cfg.lengths, L):
-        windows = ds.windows(n, cfg.windows, seed=cfg.seed, subset="search")
+    for n, windows in windows_at.items():
         t0 = time.time()
         per_pos = []
         for lam in lams:
@@ -213,13 +215,13 @@ def grid_search(model, ds, cfg, L, ctx):
     return rows, summary, tail
 
 
-def rope_factor_grid(model, ds, cfg, L, ctx):
+def rope_factor_grid(model, windows_at, cfg, L, ctx):
     """Zero-shot RoPE extension, the paper's "best of grid" rows: for each method and target
     length, the validation loss of every factor; the best factor is kept per length."""
     tail = cfg.tail or default_tail(L)
     rows, best = [], {m: {} for m in cfg.rope_methods}
-    for n in length_list(cfg.lengths, L):
-        windows = ds.windows(n, cfg.windows, seed=cfg.seed, subset="search")
+    for n, windows in windows_at.items():
+        plain = None  # plain RoPE's loss (factor 1), measured once a length if the grid lacks it
         for method in cfg.rope_methods:
             model.config.rope_scaling = method
             loss, tail_loss = [], []
@@ -230,9 +232,15 @@ def rope_factor_grid(model, ds, cfg, L, ctx):
                 tail_loss.append(float(per_pos[-tail:].mean()))
                 rows.append([method, n, s, round(loss[-1], 5), round(tail_loss[-1], 5)])
             i = int(np.argmin(loss if cfg.select == "loss" else tail_loss))
+            if 1.0 in cfg.factors:
+                at1 = loss[cfg.factors.index(1.0)]
+            elif plain is None:
+                model.config.rope_factor = 1.0  # every method at factor 1 is plain RoPE
+                plain = at1 = float(measure(model, windows, cfg.batch_size, ctx)["loss"].mean())
+            else:
+                at1 = plain
             best[method][length_name(n / L)] = {"length": n, "best_factor": cfg.factors[i], "loss": loss[i],
-                                               "tail_loss": tail_loss[i], "loss_at_1": loss[cfg.factors.index(1.0)]
-                                               if 1.0 in cfg.factors else None}
+                                               "tail_loss": tail_loss[i], "loss_at_1": at1}
             print(f"{length_name(n / L):>4} {method:>4}: best factor {cfg.factors[i]:g}, loss {loss[i]:.4f} "
                   f"tail {tail_loss[i]:.4f}", flush=True)
     model.config.rope_scaling, model.config.rope_factor = "none", 1.0
@@ -294,6 +302,23 @@ def fit_scales(model, ds, cfg, n, init, ctx, device, scaler):
     return table().detach().clone(), log
 
 
+def start_value(cfg, uniform_path, n, L):
+    """Where the fit at length n starts: --init, or the grid's best uniform lambda there (with
+    --fit=log: the grid's lambda(i) fit a there), read from uniform.json."""
+    if cfg.init > 0:
+        return cfg.init
+    name, slopes = length_name(n / L), cfg.fit == "log"
+    found = read_json(uniform_path)["lengths"].get(name) if os.path.exists(uniform_path) else None
+    what = "lambda(i) fit" if slopes else "best uniform lambda"
+    if found is None:
+        raise UserError(f"no {what} for {name} in {uniform_path}: run the grid with "
+                        f"--lengths including {n / L:g}, or give --init=VALUE")
+    init = found["fit_a"] if slopes else found["best_lam"] if cfg.select == "loss" else found["best_lam_tail"]
+    if not math.isfinite(init):
+        raise UserError(f"the {what} for {name} in {uniform_path} is {init}: give --init=VALUE")
+    return max(init, 0.0)  # a >= 0 from the start (lam >= lam_min > 0 already)
+
+
 def set_log(model, value, L, uniform_path, out, extras):
     """Write log_VALUE.pt/.json: every slope a = VALUE, head_scale 1, nothing fitted."""
     if value == "logn":  # Qwen's logn attention, q * log_L(i) for i > L, is 1 + (1 / ln L) ln(i / L)
@@ -350,10 +375,16 @@ def main():
                         f"{uniform_path} has: add it to --lengths, or give --init=VALUE")
     if "grid" in cfg.set_log and not gridded:
         raise UserError("--set_log=grid reads the grid's lambda(i) fit: run the grid (--grid=true) or give a number")
+    if not cfg.grid:  # the fits start from a grid run before: its values checked now
+        for n in length_list(cfg.fit_lengths, L):
+            start_value(cfg, uniform_path, n, L)
+    # the grids' windows, drawn now: a length the validation split cannot hold is said before any work
+    windows_at = {n: ds.windows(n, cfg.windows, seed=cfg.seed, subset="search")
+                  for n in length_list(cfg.lengths, L)} if cfg.grid or cfg.rope_grid else {}
 
     # --- 1. UniformScale: grid search -------------------------------------------------
     if cfg.grid:
-        rows, summary, tail = grid_search(model, ds, cfg, L, ctx)
+        rows, summary, tail = grid_search(model, windows_at, cfg, L, ctx)
         write_csv(os.path.join(out, "grid.csv"), rows, ["length", "lam", "loss", "tail_loss"])
         longest = max(summary.values(), key=lambda s: s["length"])
         write_json(uniform_path, base | {"tail": tail, "select": cfg.select, "seed": cfg.seed, "lengths": summary,
@@ -369,7 +400,7 @@ def main():
               f"{longest['length']}: a = {longest['fit_a']:.3f}, R2 = {longest['fit_r2']:.3f}")
 
     if cfg.rope_grid:
-        rows, best, tail = rope_factor_grid(model, ds, cfg, L, ctx)
+        rows, best, tail = rope_factor_grid(model, windows_at, cfg, L, ctx)
         write_csv(os.path.join(out, "rope_grid.csv"), rows, ["method", "length", "factor", "loss", "tail_loss"])
         write_json(os.path.join(out, "rope_factors.json"), base | {"tail": tail, "select": cfg.select,
                                                                    "seed": cfg.seed, "methods": best})
@@ -384,21 +415,7 @@ def main():
     fitted, sym = ("head_scale_log", "a") if slopes else ("head_scale", "lam")
     for n in length_list(cfg.fit_lengths, L):
         name = length_name(n / L)
-        if cfg.init > 0:
-            init = cfg.init
-        else:
-            found = read_json(uniform_path)["lengths"].get(name) if os.path.exists(uniform_path) else None
-            what = "lambda(i) fit" if slopes else "best uniform lambda"
-            if found is None:
-                raise UserError(f"no {what} for {name} in {uniform_path}: run the grid with "
-                                f"--lengths including {n / L:g}, or give --init=VALUE")
-            if slopes:
-                init = found["fit_a"]
-            else:
-                init = found["best_lam"] if cfg.select == "loss" else found["best_lam_tail"]
-            if not math.isfinite(init):
-                raise UserError(f"the {what} for {name} in {uniform_path} is {init}: give --init=VALUE")
-            init = max(init, 0.0)  # a >= 0 from the start (lam >= lam_min > 0 already)
+        init = start_value(cfg, uniform_path, n, L)
         before = {k: v.clone() for k, v in model.state_dict().items() if not k.endswith(fitted)}
         clamp = "a >= 0, head_scale 1" if slopes else f"clamp >= {cfg.min_scale:g}"
         print(f"fitting {cfg.granularity} {'slopes' if slopes else 'scales'} at {name} (n={n}) from "

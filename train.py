@@ -86,6 +86,7 @@ class TrainConfig:
 MODEL_KEYS = [f.name for f in fields(GPTConfig) if f.name in TrainConfig.__dataclass_fields__]
 VAL_SEED = 1234  # the validation monitor's windows: evaluate.py's seed, not the training seed
 VAL_BATCH = 32   # windows per forward pass of the monitor (does not change what it measures)
+LOG_HEADER = ["step", "train_loss", "val_loss", "lr", "grad_norm", "seconds"]  # train_log.csv's columns
 
 
 def cosine_lr(it, warmup, decay_iters, lr, min_lr):
@@ -131,8 +132,21 @@ def optimizer_step(model, optimizer, scaler, grad_clip):
     return norm
 
 
+def passkey_rows(cfg, ds):
+    """The passkey stage (--passkey_frac, reproduce.py --passkey=true): the examples' generator
+    and how many rows of every batch are passkey examples. (None, 0) for a plain run."""
+    n = int(round(cfg.passkey_frac * cfg.batch_size))
+    if n == 0:
+        return None, 0
+    passkey = ds.passkey()
+    if passkey.shortest() > cfg.block_size + 1:  # a row holds block_size + 1 tokens (inputs and targets)
+        raise UserError(f"block_size {cfg.block_size} is too short for passkey examples (one takes "
+                        f"{passkey.shortest()} tokens: --block_size={passkey.shortest() - 1} or more)")
+    return passkey, n
+
+
 def passkey_loss(model, x, y, passkey, n, g):
-    """The passkey stage's loss (--passkey_frac, reproduce.py stage 5): the first n rows of the
+    """The passkey stage's loss (--passkey_frac): the first n rows of the
     batch become passkey examples, scored on their answer alone; the answer's few tokens get a mean
     of their own (among the text's they would barely count), added to the text rows' mean."""
     B, T = x.shape
@@ -189,13 +203,15 @@ RESUME_MAY_CHANGE = {"resume", "overwrite", "max_iters", "eval_interval", "log_i
                      "compile", "preset"}
 
 
-def check_resume(cfg, saved, path, iter_num):
+def check_resume(cfg, saved, path, iter_num, world, saved_world):
     """--resume continues the same run: every setting that decides what is trained must be the
     checkpoint's. How it runs (device, precision, compile, intervals) may change, and max_iters may
     grow (the usual reason to resume): with lr_decay_iters=0 the cosine then ends at the new
     max_iters, so the steps after the resume do not repeat a run that was that long from the start."""
     differ = [f"{k}={saved.get(k)!r} (now {getattr(cfg, k)!r})" for k in TrainConfig.__dataclass_fields__
               if k not in RESUME_MAY_CHANGE and saved.get(k) != getattr(cfg, k)]
+    if world != saved_world:  # each process reads its own batches: the processes decide the data too
+        differ.append(f"{saved_world} process(es) (now {world})")
     if differ:
         raise UserError(f"{path} was trained with {', '.join(differ)}: pass the same settings to resume, "
                         "or start a new --out_dir")
@@ -206,7 +222,7 @@ def check_resume(cfg, saved, path, iter_num):
               + (": the cosine now ends at the new max_iters" if not cfg.lr_decay_iters else ""))
 
 
-def make_model(cfg, ckpt_path):
+def make_model(cfg, ckpt_path, world):
     """The model (on the CPU) and its data: fresh; resumed from ckpt_path (--resume, with the
     checkpoint, whose optimizer state main() loads); or initialised from another checkpoint
     (--init_from: its weights, shape and position settings, a fresh optimizer).
@@ -231,7 +247,7 @@ def make_model(cfg, ckpt_path):
         if not os.path.exists(ckpt_path):
             raise UserError(f"--resume but {ckpt_path} does not exist; start without --resume")
         model, ckpt = load_checkpoint(ckpt_path, "cpu")
-        check_resume(cfg, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"])
+        check_resume(cfg, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"], world, ckpt.get("processes", 1))
         Dataset.for_model(model.config, ckpt, cfg.dataset)  # the same text as before the interruption
         return model, ds, ckpt
     if os.path.exists(ckpt_path) and not cfg.overwrite:
@@ -278,7 +294,7 @@ def main():
     log_path = os.path.join(cfg.out_dir, "train_log.csv")
 
     # --- model: fresh, resumed, or initialised from another checkpoint ----------------
-    model, ds, ckpt = make_model(cfg, ckpt_path)
+    model, ds, ckpt = make_model(cfg, ckpt_path, world)
     iter_num, best_val, log_rows = 0, float("inf"), []
     if ckpt is not None:  # resumed: the step, the best loss and the log go on
         iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
@@ -297,12 +313,7 @@ def main():
     if ddp:
         model = DDP(model, device_ids=[int(device.split(":")[1])] if device.startswith("cuda") else None)
 
-    passkey, n_passkey = None, int(round(cfg.passkey_frac * cfg.batch_size))
-    if n_passkey:  # teach retrieval: some rows of every batch are passkey examples
-        passkey = ds.passkey()
-        if passkey.shortest() > cfg.block_size + 1:  # a row holds block_size + 1 tokens (inputs and targets)
-            raise UserError(f"block_size {cfg.block_size} is too short for passkey examples (one takes "
-                            f"{passkey.shortest()} tokens: --block_size={passkey.shortest() - 1} or more)")
+    passkey, n_passkey = passkey_rows(cfg, ds)  # (None, 0) unless --passkey_frac > 0
     tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * cfg.block_size
     val_windows = ds.windows(cfg.block_size, cfg.val_windows, seed=VAL_SEED, subset="eval")
     if master:
@@ -318,7 +329,7 @@ def main():
               + ("; validation will say if it memorises" if passes > 5 else ""))
 
     def save(path, with_optimizer):
-        extra = {"iter_num": iter_num, "best_val_loss": best_val, "config": config_dict(cfg),
+        extra = {"iter_num": iter_num, "best_val_loss": best_val, "config": config_dict(cfg), "processes": world,
                  "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")},
                  "log": [dict(zip(LOG_HEADER, r)) for r in log_rows]}
         if with_optimizer:
@@ -420,8 +431,6 @@ def main():
         gc.collect()
         destroy_process_group()
 
-
-LOG_HEADER = ["step", "train_loss", "val_loss", "lr", "grad_norm", "seconds"]
 
 if __name__ == "__main__":
     run_main(main)

@@ -99,6 +99,9 @@ def test_search_scales_log_fit_moves_only_the_slopes(trained, tmp_path):
     (["--lam_step=0"], "empty lambda grid"),
     (["--lam_min=0"], "lambda must be > 0"),
     (["--lengths=-2"], "must be > 0"),
+    (["--log_interval=0"], "--log_interval must be > 0"),
+    (["--lr=0"], "--lr must be > 0"),
+    (["--tail=-1"], "--tail must be >= 0"),
 ])
 def test_search_scales_bad_input(trained, tmp_path, args, message):
     proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", *args, check=False)
@@ -286,6 +289,30 @@ def test_search_scales_checks_its_inputs_before_the_grid(trained, tmp_path):
                       "--fit_lengths=4", check=False)
     assert proc.returncode == 2 and "the fit at 4L starts from the grid there" in proc.stderr
     assert not (tmp_path / "grid.csv").exists()  # nothing measured
+    # a length the validation split cannot hold: said before the grid measures the lengths before it
+    proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", "--lengths=2,100000",
+                      "--fit_lengths=", check=False)
+    assert proc.returncode == 2 and "no val document holds" in proc.stderr and "(n=" not in proc.stdout
+    # a grid run before whose lambda(i) fit is not a number: refused before --set_log writes anything
+    (tmp_path / "uniform.json").write_text(json.dumps({"lengths": {"2L": {"fit_a": float("nan")}},
+                                                       "fit": {"a": 0.3, "length": 64, "r2": 1.0}}))
+    proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", "--grid=false",
+                      "--fit=log", "--fit_lengths=2", "--set_log=0.5", check=False)
+    assert proc.returncode == 2 and "give --init=VALUE" in proc.stderr and not (tmp_path / "log_0.5.pt").exists()
+
+
+def test_rope_factor_grid_measures_plain_rope_when_its_grid_lacks_factor_1(trained, tmp_path):
+    from model import save_checkpoint
+    model, ckpt = load_checkpoint(trained, pos_encoding="rope")  # a RoPE model on the same data, untrained as such
+    save_checkpoint(tmp_path / "rope.pt", model, **{k: ckpt[k] for k in ("config", "dataset", "iter_num")})
+    losses = []
+    for factors in ("2,4", "1,2"):
+        out = tmp_path / factors.replace(",", "_")
+        run_script("search_scales.py", f"--ckpt={tmp_path / 'rope.pt'}", f"--out_dir={out}", "--grid=false",
+                   "--rope_grid=true", "--lengths=2", f"--factors={factors}", "--windows=2", "--fit_lengths=")
+        best = json.loads((out / "rope_factors.json").read_text())["methods"]
+        losses.append({m: best[m]["2L"]["loss_at_1"] for m in best})
+    assert losses[0] == losses[1] and None not in losses[0].values()
 
 
 def test_a_stage_stamped_with_another_protocol_runs_again(tmp_path):

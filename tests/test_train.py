@@ -11,7 +11,8 @@ import torch
 
 from conftest import ROOT, TINY_TRAIN, run_script
 from model import load_checkpoint
-from train import memorising
+from tools.cli import UserError, config_dict
+from train import TrainConfig, check_resume, memorising
 
 pytestmark = pytest.mark.slow
 
@@ -77,6 +78,13 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_dataset, tmp_path):
                       "--resume", check=False)
     assert proc.returncode == 2 and "seed=1337 (now 7)" in proc.stderr and "learning_rate=0.002 (now 0.001)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_resume_on_another_number_of_processes_is_refused():
+    cfg = TrainConfig(max_iters=20)
+    check_resume(cfg, config_dict(cfg), "ckpt.pt", 10, world=2, saved_world=2)  # the same run: accepted
+    with pytest.raises(UserError, match=r"2 process\(es\) \(now 1\)"):  # each process read its own batches
+        check_resume(cfg, config_dict(cfg), "ckpt.pt", 10, world=1, saved_world=2)
 
 
 def test_kill_mid_run_then_resume(tiny_dataset, tmp_path):

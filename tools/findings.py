@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/findings.py: find the project
 
-from evaluate import excess
+from evaluate import excess, length_name
 from tools.cli import UserError, parse_config, read_json, run_main, write_json
 
 DELTA = 0.1          # nats above the in-distribution loss that count as "degraded"
@@ -162,7 +162,7 @@ def headline(run):
     past = [n for n in sorted(ex) if n > L]
     if past:
         out.append("Past L the long context costs NoPE " + " / ".join(f"{ex[n]:+.2f}" for n in past) + " nats at "
-                   + " / ".join(f"{n / L:g}L" for n in past) + " against the same model reading only its last L "
+                   + " / ".join(length_name(n / L) for n in past) + " against the same model reading only its last L "
                    "positions (RoPE: " + " / ".join(f"{ex_rope[n]:+.2f}" for n in past if n in ex_rope) + ").")
     pos, ent_path = read_json(os.path.join(ev, "positions.json")), os.path.join(ev, "entropy.json")
     ent = read_json(ent_path) if os.path.exists(ent_path) else {}  # one read: the file is large

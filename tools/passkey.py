@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/passkey.py: find the project
 
 from data import Dataset
-from evaluate import length_list
+from evaluate import length_list, length_name
 from model import load_checkpoint
 from tools import plot
 from tools.cli import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config, pick_device, pick_dtype,
@@ -69,7 +69,7 @@ def summarise(out_dir, rows, L, avg_up_to):
         raise UserError(f"--avg_up_to={avg_up_to:g} is below every evaluated length; raise it")
     avg = {m: float(np.mean([by[m, n] for n in lengths if n <= avg_up_to * L])) for m in methods}
     upto = max(n for n in lengths if n <= avg_up_to * L) / L  # the longest length in the mean
-    lines = ["| method | " + " | ".join(f"{n / L:g}L" for n in lengths) + f" | mean up to {upto:g}L |",
+    lines = ["| method | " + " | ".join(length_name(n / L) for n in lengths) + f" | mean up to {length_name(upto)} |",
              "|---|" + "---:|" * (len(lengths) + 1)]
     for m in methods:
         lines.append(f"| {m} | " + " | ".join(f"{by[m, n]:.0%}" for n in lengths) + f" | {avg[m]:.0%} |")

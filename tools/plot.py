@@ -6,7 +6,7 @@ measured here, so a figure can be changed and redrawn in seconds.
     python tools/plot.py --eval_dir=out/eval --search_dir=out/nope/scales
     python tools/plot.py --screen=out/sweep/screen.json # the recipe screen: the gap at L against tokens
 
-evaluate.py --plot_only, passkey.py and sweep.py --screen call the same functions. A method has
+reproduce.py, tools/passkey.py and tools/sweep.py --screen call the same functions. A method has
 one colour and line style in every figure (STYLE below): one colour per family (NoPE, RoPE and
 its extensions, the uniform lambda, HeadScale, the length-following lambda), a shade or a line
 style per member, dotted for a model reading only its last L positions. The colours are the
@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/plot.py: find the project
 
-from evaluate import excess, reference_of  # the one definition of a row's reference and excess
+from evaluate import excess, length_name, reference_of  # the one definition of a row's reference and excess
 from tools.cli import UserError, parse_config, read_json, run_main
 from tools.findings import entropy_trend  # criterion (3)'s trend, drawn as findings.py fits it
 
@@ -143,14 +143,14 @@ def mark_L(ax, L, text=True, scale=1):
 def length_axis(ax, L, lengths):
     """A log2 axis of lengths labelled L, 2L, 4L ..."""
     ax.set_xscale("log", base=2)
-    ax.set_xticks(lengths, [f"{n / L:g}L" if n != L else "L" for n in lengths])
+    ax.set_xticks(lengths, ["L" if n == L else length_name(n / L) for n in lengths])
     ax.minorticks_off()
 
 
 def position_axis(ax, L, n):
     """A linear axis of positions 0..n with ticks at multiples of L."""
     ticks = [k * L for k in range(0, n // L + 1) if k in (0, 1, 2, 4, 8, 16, 32)]
-    ax.set_xticks(ticks, ["0" if t == 0 else "L" if t == L else f"{t // L}L" for t in ticks])
+    ax.set_xticks(ticks, ["0" if t == 0 else "L" if t == L else length_name(t / L) for t in ticks])
     ax.set_xlim(0, n)
 
 
@@ -455,13 +455,13 @@ def lambda_grid(F, search_dir, uni):
     fit = uni["fit"]
     s = next(s for s in uni["lengths"].values() if s["length"] == fit["length"])
     ax.plot(s["positions"], s["best_lam_per_position"], "o", color=GREEN, ms=4,
-            label=f"best λ per position bin, n = {fit['length'] // L}L")
+            label=f"best λ per position bin, n = {length_name(fit['length'] / L)}")
     x = np.linspace(L, fit["length"], 200)
     ax.plot(x, 1 + fit["a"] * np.log(x / L), color=BLACK,
             label=f"1 + a ln(i/L): a = {fit['a']:.2f}, R² = {fit['r2']:.2f}")
     ax.set_xscale("log", base=2)
     ticks = [L * 2 ** k for k in range(0, 8) if L * 2 ** k <= fit["length"]]
-    ax.set_xticks(ticks, ["L" if t == L else f"{t // L}L" for t in ticks])
+    ax.set_xticks(ticks, ["L" if t == L else length_name(t / L) for t in ticks])
     ax.minorticks_off()
     mark_L(ax, L, text=False)
     ax.set_xlabel("position i (log scale)")
@@ -535,7 +535,7 @@ def draw_passkey(out_dir, rows, avg, L):
 
     def draw(ax, m, first_column=True):
         im = ax.imshow(grids[m], cmap="cividis", vmin=0, vmax=1, aspect="auto")
-        ax.set_xticks(range(len(lengths)), [f"{n / L:g}L" for n in lengths])
+        ax.set_xticks(range(len(lengths)), [length_name(n / L) for n in lengths])
         ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths] if first_column else [])
         ax.set_xlabel("prompt length")
         if first_column:

@@ -215,6 +215,9 @@ def main():
     unknown = [r for r in cfg.recipes if r not in RECIPES]
     if unknown:
         raise UserError(f"unknown recipe(s) {unknown}; known: {', '.join(RECIPES)}")
+    # absolute: the stages run in the repository, and their stamps name paths inside a run's folder
+    # relative to it (a moved sweep is the same sweep)
+    cfg.out_dir = os.path.abspath(cfg.out_dir)
     screen(cfg) if cfg.screen else studies(cfg)
 
 
