@@ -239,10 +239,11 @@ class CausalSelfAttention(nn.Module):
             e = min(s + chunk, T)
             # keys no query here can see are skipped (all kept with a sink: key 0 stays visible)
             lo = 0 if window is None or self.sink else max(0, s - window + 1)
-            att = (q[:, :, s:e] @ k[:, :, lo:e].transpose(-2, -1)) / math.sqrt(hs)  # (B, nh, e-s, e-lo)
+            with torch.autocast(q.device.type, enabled=False):  # scores in fp32, as flash attention keeps them
+                att = (q[:, :, s:e].float() @ k[:, :, lo:e].float().transpose(-2, -1)) / math.sqrt(hs)  # (B, nh, e-s, e-lo)
             allowed = window_mask(e, window, q.device, self.sink, start=s, lo=lo)   # (e-s, e-lo)
             att = att.masked_fill(~allowed, float("-inf"))
-            att = F.softmax(att.float(), dim=-1)                       # (B, nh, e-s, e-lo), fp32
+            att = F.softmax(att, dim=-1)                               # (B, nh, e-s, e-lo), fp32
             if ent is not None:
                 ent[:, :, s:e] = torch.special.entr(att).sum(-1) / math.log(2)  # bits
             att = F.dropout(att, p=dropout_p, training=dropout_p > 0)

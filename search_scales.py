@@ -118,6 +118,9 @@ def check(cfg):
                         f"lambda(i) fit a), got {cfg.init}")
     if cfg.fit not in ("scale", "log"):
         raise UserError(f"--fit must be scale or log, got {cfg.fit!r}")
+    if cfg.fit == "log" and any(k <= 1 for k in cfg.fit_lengths):
+        raise UserError(f"--fit=log fits slopes that act only past L: every --fit_lengths must be > 1, "
+                        f"got {cfg.fit_lengths}")
     for v in cfg.set_log:
         if v not in ("logn", "grid") and not (_number(v) is not None and _number(v) >= 0):
             raise UserError(f"--set_log takes logn, grid or a number >= 0, got {v!r}")

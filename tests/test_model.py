@@ -606,3 +606,17 @@ def test_a_model_with_slopes_runs_at_16x_training_length(pos):
         plain = make(pos, bos=True)(idx, idx)[1]
     assert a.shape == (1, 16 * L, V) and torch.isfinite(la) and torch.allclose(la, lb, atol=1e-5)
     assert not torch.isclose(la, plain)  # the slopes act past L
+
+
+def test_explicit_attention_keeps_its_scores_in_float32_under_bf16_autocast():
+    """Entropy is measured on the explicit path: under bf16 autocast its q.k scores must not be
+    rounded to bf16 (flash attention keeps them in fp32), so they equal the fp32 product of the
+    same bf16 q and k."""
+    torch.manual_seed(0)
+    attn = CausalSelfAttention(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=10)).eval()
+    q, k, v = [(3 * torch.randn(1, 2, 40, 16)).to(torch.bfloat16) for _ in range(3)]  # (B, nh, T, hs)
+    low, exact = [], []
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        attn.explicit_attention(q, k, v, None, low, 16, 0.0)
+    attn.explicit_attention(q.float(), k.float(), v.float(), None, exact, 16, 0.0)
+    assert torch.allclose(low[0], exact[0], atol=1e-5)

@@ -102,6 +102,7 @@ def test_search_scales_log_fit_moves_only_the_slopes(trained, tmp_path):
     (["--log_interval=0"], "--log_interval must be > 0"),
     (["--lr=0"], "--lr must be > 0"),
     (["--tail=-1"], "--tail must be >= 0"),
+    (["--fit=log", "--fit_lengths=1"], "every --fit_lengths must be > 1"),
 ])
 def test_search_scales_bad_input(trained, tmp_path, args, message):
     proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", *args, check=False)
