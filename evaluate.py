@@ -184,7 +184,8 @@ def default_tail(train_len):
 
 
 def length_list(multiples, train_len):
-    """Lengths given in units of the training length L (e.g. 1, 1.5, 2, 4) -> tokens."""
+    """Lengths given in units of the training length L (e.g. 1, 1.5, 2, 4) -> tokens, shortest
+    first (evaluate.py's per-position curve and entropy come from the last, the longest)."""
     out = []
     for v in multiples:
         if v <= 0:
@@ -192,7 +193,7 @@ def length_list(multiples, train_len):
         n = int(round(v * train_len))
         if n not in out:
             out.append(n)
-    return out
+    return sorted(out)
 
 
 def length_name(k):
@@ -231,7 +232,7 @@ def set_length(model, cfg, n, L):
     return model.config.rope_factor
 
 
-def evaluate_model(name, model, ds, cfg, L, ctx):
+def evaluate_model(name, model, ds, cfg, L, ctx, dtype):
     lengths = length_list(cfg.lengths, L)
     tail = cfg.tail or default_tail(L)
     window = cfg.context or None
@@ -239,7 +240,7 @@ def evaluate_model(name, model, ds, cfg, L, ctx):
     res = {"context": window, "context_mode": cfg.context_mode if window else None, "bos": ds.bos,
            "lengths": [], "loss": [], "bpb": [], "tail_loss": [], "tokens": [], "tail_tokens": [], "windows": [],
            "scales": scales_of(model), "slopes": slopes_of(model), "pos_encoding": model.config.pos_encoding,
-           "arch": arch_of(model.config), "temp": model.config.nope_temp or None}
+           "arch": arch_of(model.config), "temp": model.config.nope_temp or None, "dtype": dtype}
     factors = []
     for n in lengths:
         t0 = time.time()
@@ -273,7 +274,8 @@ def evaluate_model(name, model, ds, cfg, L, ctx):
         centers, ent = binned(m["entropy"], width)  # (n_layer, n_head, bins)
         entropy = {"length": lengths[-1], "bin": width, "windows": m["windows"], "positions": centers.tolist(),
                    "entropy_bits": np.round(ent, 4).tolist(),
-                   "bound_bits": np.log2(centers).round(4).tolist(),
+                   # what attending evenly gives, log2 i, averaged over each bin as the entropy is
+                   "bound_bits": binned(np.log2(np.arange(1, lengths[-1] + 1)), width)[1].round(4).tolist(),
                    # unbinned, mean over each layer's heads: (n_layer, n), position i = index + 1
                    "layer_bits_per_position": np.round(m["entropy"].mean(1), 4).tolist()}
     return res, positions, entropy
@@ -302,8 +304,10 @@ def reference_of(results, name):
     if m.get("context"):
         return None  # a context-limited row is a reference itself
     arch = lambda x: x.get("arch", x.get("pos_encoding"))  # noqa: E731  (files from before hybrids)
-    refs = [r for r, x in results["methods"].items() if x.get("context") == L and x.get("scales") is None
-            and x.get("slopes") is None and not x.get("temp") and arch(x) == arch(m) and x.get("bos") == m.get("bos")]
+    same_precision = lambda x: None in (x.get("dtype"), m.get("dtype")) or x.get("dtype") == m.get("dtype")  # noqa: E731
+    refs = [r for r, x in results["methods"].items() if x.get("context") == L and x.get("context_mode", "recompute") == "recompute"
+            and x.get("scales") is None and x.get("slopes") is None and not x.get("temp") and arch(x) == arch(m)
+            and x.get("bos") == m.get("bos") and same_precision(x)]
 
     def rank(r):
         stem = r.removesuffix("_window_L")
@@ -375,7 +379,8 @@ def main():
     if unknown:
         raise UserError(f"--entropy_rows names {', '.join(unknown)}, not among --ckpts ({', '.join(ckpts)})")
     device = pick_device(cfg.device)
-    ctx = autocast(device, pick_dtype(cfg.dtype, device))
+    dtype = pick_dtype(cfg.dtype, device)
+    ctx = autocast(device, dtype)
     models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}  # fail early on a bad one
     os.makedirs(cfg.out_dir, exist_ok=True)
     shapes = {(m.config.block_size, m.config.vocab_size) for m, _ in models.values()}
@@ -403,9 +408,11 @@ def main():
     stores = {k: read_json(p) if os.path.exists(p) else {} for k, p in paths.items() if k != "results"}
     for name, (model, ckpt) in models.items():
         ds = data[name]
-        res, positions, entropy = evaluate_model(name, model, ds, cfg, L, ctx)
+        res, positions, entropy = evaluate_model(name, model, ds, cfg, L, ctx, dtype)
         results["methods"][name] = {"ckpt": os.path.abspath(ckpts[name])} | res
         stores["positions"][name] = positions
+        stores["entropy"].pop(name, None)  # a row measured again keeps nothing of its earlier measurement
+        stores["samples"].pop(name, None)
         if entropy:
             stores["entropy"][name] = entropy
         if cfg.samples:
@@ -414,7 +421,7 @@ def main():
         # write after every model: an interrupted run keeps what it measured
         write_json(paths["results"], results)
         for k, v in stores.items():
-            if v:
+            if v or os.path.exists(paths[k]):
                 write_json(paths[k], v)
     table = write_tables(cfg.out_dir, results)
     if stores["samples"]:

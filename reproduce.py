@@ -463,7 +463,7 @@ def write_report(cfg, out, L, times, wall):
              "Every row reads the start token at position 0 except nope_notoken*.", "",
              open(os.path.join(ev, "table.md"), encoding="utf-8").read(), "",
              "**UniformScale: best lambda per target length** (search_scales.py's windows, the validation "
-             "split's \"search\" subset, disjoint from the evaluation's)", "",
+             "split's \"search\" subset, disjoint from the evaluation's at the same length)", "",
              "| length | best lambda (mean loss) | loss | loss at lambda=1 | best lambda (tail) |", "|---|---:|---:|---:|---:|"]
     for name, s in uni["lengths"].items():
         lines.append(f"| {name} | {s['best_lam']:.2f} | {s['best_loss']:.4f} | {s['loss_at_1']:.4f} | {s['best_lam_tail']:.2f} |")

@@ -31,8 +31,9 @@ Writes into out_dir (default: the checkpoint's folder + /scales):
     log_grid.pt/.json   --set_log=grid: every slope the grid's a at its longest length (log_0.3.*: a number)
 On a hybrid of RoPE and NoPE layers (GPTConfig.nope_every) every scale and slope acts on its NoPE
 layers alone; the RoPE layers keep lambda = 1.
-The grid scores windows of the validation split's "search" subset, which evaluate.py never
-scores (it takes the "eval" subset): lambda is not chosen on the text it is judged on.
+The grid scores windows of the validation split's "search" subset; evaluate.py scores its "eval"
+subset, disjoint at each length: lambda chosen at 4L is not judged at 4L on text it was chosen on.
+Windows of other lengths are cut on their own and share some text (python tools/overlap.py).
 """
 
 import math
@@ -64,7 +65,7 @@ class SearchConfig:
                                         # 8L on the gpu preset); a best lam at the end is said in one line
     lam_step: float = 0.05              # grid step
     windows: int = 64                   # validation windows per length (fixed, seeded, inside documents,
-                                        # disjoint from evaluate.py's)
+                                        # disjoint from evaluate.py's of the same length)
     tail: int = 0                       # tokens scored by the tail metric (0 = L/8, the paper's 256/2048)
     select: str = "loss"                # pick the best lam by: loss (mean over all positions) | tail
     position_bins: int = 0              # width of the position bins for lam(i) (0 = L/8)

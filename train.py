@@ -132,6 +132,16 @@ def optimizer_step(model, optimizer, scaler, grad_clip):
     return norm
 
 
+def finite_everywhere(value, ddp, device):
+    """Whether `value` is finite in every process. Under DDP all stop together: a process that
+    raised alone would leave the others waiting for it at the next gradient all-reduce."""
+    if not ddp:
+        return math.isfinite(value)
+    ok = torch.tensor(float(math.isfinite(value)), device=device)
+    torch.distributed.all_reduce(ok, op=torch.distributed.ReduceOp.MIN)
+    return bool(ok.item())
+
+
 def passkey_rows(cfg, ds):
     """The passkey stage (--passkey_frac, reproduce.py --passkey=true): the examples' generator
     and how many rows of every batch are passkey examples. (None, 0) for a plain run."""
@@ -339,12 +349,15 @@ def main():
         save_checkpoint(path, raw_model, **extra)
 
     def evaluate_and_save():
+        """Rank 0 measures, logs and saves; every process stops if the loss is not finite."""
         nonlocal best_val
-        val = float(measure(raw_model, val_windows, VAL_BATCH, ctx)["loss"].mean())
+        val = float(measure(raw_model, val_windows, VAL_BATCH, ctx)["loss"].mean()) if master else 0.0
         raw_model.train()
-        if not math.isfinite(val):
-            raise UserError(f"validation loss is {val} at step {iter_num}; nothing saved. Lower "
+        if not finite_everywhere(val, ddp, device):
+            raise UserError(f"validation loss is not finite at step {iter_num}; nothing saved. Lower "
                             "--learning_rate or raise --warmup_iters, then --resume from the last checkpoint")
+        if not master:
+            return val
         log_rows.append([iter_num, round(train_loss, 5), round(val, 5), lr, round(grad_norm, 4),
                          round(time.time() - t_start + elapsed_before, 1)])
         if val < best_val:
@@ -390,23 +403,25 @@ def main():
             grad_norm = float(norm) if norm is not None else float("nan")
             loss_sum.zero_()
             loss_count = 0
-            if not math.isfinite(train_loss):
+            if not finite_everywhere(train_loss, ddp, device):
                 raise UserError(f"training loss is {train_loss} by step {iter_num}; no checkpoint written. Lower "
                                 "--learning_rate or raise --warmup_iters, then --resume from the last checkpoint")
             if master and iter_num % cfg.log_interval == 0:
                 print(progress.line(iter_num, loss=train_loss, lr=f"{lr:.2e}", gnorm=f"{grad_norm:.2f}"), flush=True)
-        if master and (iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters):
-            val = evaluate_and_save()
-            print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), saved {ckpt_path}", flush=True)
-            if len(log_rows) > 1 and not warned and memorising(log_rows[-2][1:3], log_rows[-1][1:3]):
+        if iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters:
+            val = evaluate_and_save()  # in every process: rank 0 measures and saves
+            if master:
+                print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), saved {ckpt_path}", flush=True)
+            if master and len(log_rows) > 1 and not warned and memorising(log_rows[-2][1:3], log_rows[-1][1:3]):
                 warned = True
                 print(f"warning: memorising the training text (train loss {log_rows[-2][1]:.2f} -> {train_loss:.2f}, "
                       f"val {log_rows[-2][2]:.2f} -> {val:.2f}): use fewer --max_iters, a smaller vocabulary or "
                       "character level, more --dropout, or more text", flush=True)
 
-    if master and not log_rows:  # --max_iters=0 with --init_from: the starting weights, measured and saved
+    if cfg.max_iters == 0:  # --init_from converted, not trained: the starting weights, measured and saved
         val = evaluate_and_save()
-        print(f"step 0: val loss {val:.4f}, saved {ckpt_path} (no training step)", flush=True)
+        if master:
+            print(f"step 0: val loss {val:.4f}, saved {ckpt_path} (no training step)", flush=True)
     if master:
         wall = time.time() - t_start + elapsed_before
         if log_rows and log_rows[-1][0] == iter_num:

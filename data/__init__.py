@@ -429,14 +429,8 @@ class Dataset:
             return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
         return x.to(device), y.to(device)
 
-    def windows(self, length, count, seed=1234, split="val", subset="all"):
-        """Fixed, seeded evaluation windows of `length` positions (inputs) and their targets, as
-        one (count', length+1) int64 tensor, each inside a single document and none overlapping
-        another. The same arguments give the same windows, so every model and every lambda sees
-        the same text; bos and no-bos models score the same targets.
-        subset: "eval" (even slots) or "search" (odd slots) are disjoint by construction, so the
-        scale search never chooses lambda on the windows the evaluation scores; "all" takes both.
-        count' = min(count, windows available); a shortfall is printed in one line."""
+    def window_offsets(self, length, count, seed=1234, split="val", subset="all"):
+        """Where windows() takes its windows: their first token's index in the split, (count',)."""
         if length <= 0:
             raise UserError(f"window length must be > 0, got {length}")
         if subset not in ("all", "eval", "search"):
@@ -460,6 +454,18 @@ class Dataset:
         if len(pick) < count:
             print(f"note: only {len(pick)} {subset} windows of {length} positions fit in the {split} split "
                   f"({count} asked); results record the count", flush=True)
-        offsets = starts[doc[pick]] + slot[pick] * length
+        return starts[doc[pick]] + slot[pick] * length
+
+    def windows(self, length, count, seed=1234, split="val", subset="all"):
+        """Fixed, seeded evaluation windows of `length` positions (inputs) and their targets, as
+        one (count', length+1) int64 tensor, each inside a single document and none overlapping
+        another. The same arguments give the same windows, so every model and every lambda sees
+        the same text; bos and no-bos models score the same targets.
+        subset: "eval" (even slots) or "search" (odd slots) of the same length are disjoint by
+        construction, so the scale search never chooses lambda on the windows the evaluation
+        scores at that length ("all" takes both). Slots of different lengths are cut differently:
+        a search window of 4L and an eval window of 2L can share text (tools/overlap.py counts it).
+        count' = min(count, windows available); a shortfall is printed in one line."""
+        offsets = self.window_offsets(length, count, seed, split, subset)
         data = self.tokens[split]
         return self._with_bos(torch.from_numpy(np.stack([data[o:o + length + 1].astype(np.int64) for o in offsets])))

@@ -386,3 +386,17 @@ def test_prepare_counts_the_evaluation_windows_it_can_give(tiny_dataset):
     lengths = ds.meta["splits"]["val"]["doc_lengths"]
     for n in (16, 100, 1000):  # as many as Dataset.windows hands the evaluation, never more
         assert eval_windows(lengths, n) == len(ds.windows(n, 10_000, subset="eval"))
+
+
+def test_search_and_eval_windows_share_no_text_at_one_length_and_the_overlap_tool_says_so(tiny_dataset):
+    from tools.overlap import targets
+    ds = Dataset(str(tiny_dataset))
+    for n in (32, 64, 128):
+        assert not (targets(ds, n, 64, 4321, "search") & targets(ds, n, 64, 1234, "eval")).any()
+    starts = ds.window_offsets(64, 8, seed=3)
+    w = ds.windows(64, 8, seed=3)  # the windows are the tokens at those offsets
+    assert torch.equal(w[:, 1:], torch.from_numpy(np.stack([ds.tokens["val"][o + 1:o + 65] for o in starts]).astype(np.int64)))
+    proc = run_script("tools/overlap.py", f"--dataset={tiny_dataset}", "--L=32", "--search_lengths=2",
+                      "--eval_lengths=1,2")
+    row = [line for line in proc.stdout.splitlines() if line.startswith("| 2L |")][0]
+    assert row.endswith("| 0.0% |")  # the same length: nothing shared

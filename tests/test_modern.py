@@ -88,6 +88,15 @@ def test_the_reference_of_a_row_is_its_own_model_reading_its_last_L():
     assert reference_of(res, "drope_headscale_4L") == "drope_window_L"
     assert reference_of(res, "drope_short") == "drope_short_window_L"
     assert reference_of(res, "hybrid_llama4") == "hybrid_window_L"  # never plain RoPE's
+    # the reference recomputes each window (a masked row is not one), at the row's own precision
+    window = res["methods"]["hybrid_window_L"]
+    window["context_mode"] = "mask"
+    assert reference_of(res, "hybrid") is None
+    window |= {"context_mode": "recompute", "dtype": "bfloat16"}
+    res["methods"]["hybrid"]["dtype"] = "float32"
+    assert reference_of(res, "hybrid") is None
+    res["methods"]["hybrid"]["dtype"] = "bfloat16"
+    assert reference_of(res, "hybrid") == "hybrid_window_L"
     del res["methods"]["hybrid_window_L"]
     assert reference_of(res, "hybrid") is None
 

@@ -139,6 +139,14 @@ def test_evaluate_tables_plots_and_merging(trained, tmp_path):
     # a different protocol cannot be merged into the same table
     proc = run_script("evaluate.py", f"--ckpts=x={trained}", f"--out_dir={out}", "--windows=5", check=False)
     assert proc.returncode == 2 and "other settings" in proc.stderr
+    # the same row measured again without entropy keeps none of its earlier measurement's; lengths
+    # given out of order are measured shortest first, the curve from the longest
+    run_script("evaluate.py", f"--ckpts=nope={trained}", f"--out_dir={out}", "--lengths=4,1,2", "--windows=4",
+               "--entropy=false", "--samples=false")
+    assert "nope" not in json.loads((out / "entropy.json").read_text())
+    assert "nope" not in json.loads((out / "samples.json").read_text())
+    assert json.loads((out / "results.json").read_text())["methods"]["nope"]["lengths"] == [32, 64, 128]
+    assert json.loads((out / "positions.json").read_text())["nope"]["length"] == 128
 
 
 def test_evaluate_bad_input(trained, tmp_path):

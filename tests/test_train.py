@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT, TINY_TRAIN, run_script
 from model import load_checkpoint
 from tools.cli import UserError, config_dict
-from train import TrainConfig, check_resume, memorising
+from train import TrainConfig, check_resume, finite_everywhere, memorising
 
 pytestmark = pytest.mark.slow
 
@@ -113,8 +113,25 @@ def test_divergence_stops_without_a_broken_checkpoint(tiny_dataset, tmp_path):
     proc = run_script("train.py", f"--dataset={tiny_dataset}", f"--out_dir={out}", *TINY_TRAIN,
                       "--max_iters=40", "--eval_interval=20", "--learning_rate=1e30", "--grad_clip=0",
                       check=False)
-    assert proc.returncode == 2 and ("loss is nan" in proc.stderr or "loss is inf" in proc.stderr)
+    assert proc.returncode == 2 and any(m in proc.stderr for m in ("loss is nan", "loss is inf", "not finite"))
     assert not (out / "ckpt.pt").exists()
+
+
+def _finite_in_rank(rank, path, values, out):
+    torch.distributed.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=2)
+    out[rank] = finite_everywhere(values[rank], True, "cpu")
+    torch.distributed.destroy_process_group()
+
+
+def test_a_loss_not_finite_in_one_process_stops_every_process(tmp_path):
+    """Rank 0 alone measures validation: if its loss is not finite, rank 1 must stop too, not wait
+    for it at the next gradient all-reduce."""
+    import torch.multiprocessing as mp
+    cases = (([float("nan"), 0.0], False), ([1.0, 2.0], True), ([1.0, float("inf")], False))
+    for i, (values, expected) in enumerate(cases):
+        out = mp.Manager().dict()
+        mp.spawn(_finite_in_rank, args=(str(tmp_path / f"rendezvous{i}"), values, out), nprocs=2, join=True)
+        assert dict(out) == {0: expected, 1: expected}
 
 
 def test_ddp_two_cpu_processes(tiny_dataset, tmp_path):

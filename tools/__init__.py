@@ -7,6 +7,7 @@
     passkey.py    passkey retrieval: accuracy over length x depth
     sweep.py      recipe screens and multi-seed studies
     bench.py      speed and memory of every stage against the device's matmul rate
+    overlap.py    how much text the scale search's windows share with the evaluation's, length by length
     gpu_check.py  the project's check for a CUDA card (--trial: the same steps on a CPU)
 
 Run the scripts from the repository: python tools/NAME.py -h
