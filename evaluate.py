@@ -109,15 +109,20 @@ def _losses(model, x, y, ctx, mask_window, entropy, chunk):
     return loss.float(), (torch.stack(ent, dim=1) if entropy else None)
 
 
-def _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size):
-    """Each token reads only (about) its last `context` positions: positions < context come from
-    the window's first `context` positions; later ones from sub-windows of `context` positions
-    that end at them, stride s = context/8, each scoring its last s positions (so every scored
-    token sees between 7/8 and all of `context` positions). A model trained with the start token
-    never saw text without it, so each of its sub-windows is the start token (the window's
-    position 0) and the last context - 1 tokens. Positions restart at 1 in every sub-window, so
-    a length-following lambda (model.py's head_scale_log) sees only i <= context: this is how a
-    model reading only its last `context` positions behaves. Costs about 8x a plain pass."""
+def last_L_losses(model, x, y, context, batch_size, ctx=contextlib.nullcontext(), entropy=False, chunk=256):
+    """Piece T6: the honest reference, the model reading only its last `context` (= L) positions.
+
+        loss_i = -log p(y_i | the last ~L tokens before it)     (a fresh pass per sub-window)
+
+    Positions i < context are scored by one pass over the window's first `context` positions;
+    later ones by sub-windows of `context` positions that end at them, stride s = context / 8,
+    each scoring its last s positions (so every scored token sees between 7/8 and all of
+    `context` positions). A model trained with the start token never saw text without it, so
+    each of its sub-windows is the start token (the window's position 0) and the last
+    context - 1 tokens. Positions restart at 1 in every sub-window, so a length-following lambda
+    (model.query_scale) sees only i <= context, as a model that reads only its last L would.
+    A row's excess over this reference is excess() below. Costs about 8x a plain pass.
+    x, y (B, T). Returns per-token losses (B, T) and, with entropy, (B, n_layer, n_head, T)."""
     B, T = x.shape
     loss, ent = _losses(model, x[:, :context], y[:, :context], ctx, None, entropy, chunk)
     losses, ents = [loss], [ent]
@@ -164,7 +169,7 @@ def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=No
         xy = windows[b:b + batch_size].to(device)
         x, y = xy[:, :-1], xy[:, 1:]
         if context and context < n and context_mode == "recompute":
-            loss, ent = _losses_recompute(model, x, y, ctx, context, entropy, chunk, batch_size)
+            loss, ent = last_L_losses(model, x, y, context, batch_size, ctx, entropy, chunk)
         else:
             loss, ent = _losses(model, x, y, ctx, context if context_mode == "mask" else None, entropy, chunk)
         loss_sum += loss.sum(0)                                    # (n,)
@@ -317,9 +322,13 @@ def reference_of(results, name):
 
 
 def excess(results, name, key="loss"):
-    """{length: loss of `name` minus loss of its reference_of} at the lengths both were measured,
-    on the same windows: what the long context costs a row (> 0) or buys it (< 0). Defined here
-    once; the report, findings.py and sweep.py read it."""
+    """Piece T6's second half: what the long context costs a row.
+
+        excess(n) = loss_row(n) - loss_reference(n)     at each length n both were measured
+
+    on the same windows, the reference being reference_of(results, name) (the same kind of model
+    reading only its last L: last_L_losses). > 0: the long context costs the row; < 0: it buys.
+    Defined here once; the report, findings.py and sweep.py read it. Returns {length: excess}."""
     ref = reference_of(results, name)
     if ref is None:
         return {}

@@ -1,35 +1,33 @@
 """
-nanoNoPE model: a GPT with *no* position encoding (NoPE), or rotary (RoPE) as the baseline.
+nanoNoPE model: a GPT with *no* position encoding (NoPE), the model of Wang, Ji et al. (2024),
+"Length Generalization of Causal Transformers without Position Encoding" (arXiv 2404.12224).
 
-Everything the paper (Wang, Ji et al., 2024, "Length Generalization of Causal Transformers
-without Position Encoding") changes inside the model is one multiply in CausalSelfAttention:
+It is nanoGPT's GPT-2 (pre-LayerNorm blocks, GELU MLP, tied embeddings) with the position
+embedding `wpe` removed: the causal mask alone tells a token where it is. Everything the paper
+changes inside the model is one multiply in CausalSelfAttention:
 
-    q = q * head_scale            # softmax(lam_h * q.k / sqrt(d)), one lam per head
+    q = q * lam          # softmax(lam_h q.k / sqrt(d)): one lam per head (UniformScale, HeadScale)
 
-head_scale is a buffer of ones (plain attention) until search_scales.py fills it in. A second
-buffer, head_scale_log (zeros: off), lets lam follow the position past the training length L:
-lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L)), the paper's per-position law per head.
-The rest is a nanoGPT-style GPT-2 block stack (pre-LayerNorm, GELU MLP, tied embeddings)
-with the position embedding `wpe` removed: in a NoPE model the causal mask alone carries order.
-
-Also here: the RoPE length-extension variants (PI, NTK-aware, YaRN), an explicit softmax path
-that can return attention entropy, and checkpoint save/load.
+lam comes from query_scale() below (piece T1), a buffer of ones until search_scales.py fills it.
+The written-out softmax that measures attention entropy (piece T2) is written_out_attention().
+Read the file from the top: the paper's GPT first; below the line "Beyond the paper" come the
+RoPE baseline and its extensions (PI, NTK-aware, YaRN), sliding windows, the hybrids of RoPE and
+NoPE layers and Llama 4's temperature (docs/modern.md), and checkpoints.
 """
 
 import math
 import os
 from dataclasses import asdict, dataclass, fields
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-POS_ENCODINGS = ("nope", "rope")
-ROPE_SCALINGS = ("none", "pi", "ntk", "yarn")
-
 
 @dataclass
 class GPTConfig:
+    # the paper's GPT
     block_size: int = 128        # training length L; NOT a limit: the model runs at any length
     vocab_size: int = 128        # number of token ids
     n_layer: int = 4
@@ -37,43 +35,22 @@ class GPTConfig:
     n_embd: int = 128
     dropout: float = 0.0
     bias: bool = False           # biases in Linear and LayerNorm layers
-    pos_encoding: str = "nope"   # "nope" (no position information) or "rope" (rotary baseline)
+    pos_encoding: str = "nope"   # "nope" (no position information) or "rope" (the rotary baseline)
     rope_base: float = 10000.0   # RoPE: theta_i = base^(-2i/d)
-    rope_scaling: str = "none"   # RoPE length extension at evaluation: none | pi | ntk | yarn
+    # beyond the paper (explained at the bottom of this file): the start token, RoPE's length
+    # extensions, and NoPE as production models use it since the paper (docs/modern.md)
+    bos: bool = False            # inputs begin with the start token (data/; train.py turns it on)
+    rope_scaling: str = "none"   # RoPE length extension: none | pi | ntk | yarn
     rope_factor: float = 1.0     # RoPE extension factor s (target length / L)
-    yarn_alpha: float = 1.0      # YaRN: dimensions with fewer than alpha rotations in L are interpolated
-    yarn_beta: float = 32.0      # YaRN: dimensions with more than beta rotations in L are left alone
-    bos: bool = False            # inputs begin with the start token (data/); a sliding-window mask keeps it
-                                 # visible, like StreamingLLM's attention sink. train.py sets it (default on)
-    # NoPE as production models use it since the paper (docs/modern.md): RoPE and NoPE layers mixed
-    nope_every: int = 0          # with rope: layers with (index + 1) % k == 0 have no position encoding and
-                                 # global attention (Llama 4, SmolLM3: k = 4; k = 1: every layer NoPE); 0 = none
-    rope_window: int = 0         # with nope_every: the RoPE layers see only their last W keys (the start token
-                                 # aside), a sliding window (Cohere's RNoPE-SWA; Llama 4 uses chunks); 0 = all
-    nope_temp: float = 0.0       # Llama 4's temperature on the NoPE layers: q * (1 + nope_temp ln(1 + floor(i0 / F)))
-                                 # at 0-based position i0, F = nope_temp_floor * L (Llama 4: 0.1, 8192 tokens); 0 = off
-    nope_temp_floor: float = 1.0  # F in units of L: every position of a training window (i0 < L) is unscaled
+    yarn_alpha: float = 1.0      # YaRN: dims with < alpha rotations in L are interpolated
+    yarn_beta: float = 32.0      # YaRN: dims with > beta rotations in L are left alone
+    nope_every: int = 0          # rope hybrid: layers with (index + 1) % k == 0 are NoPE (0 = none)
+    rope_window: int = 0         # hybrid: the RoPE layers' sliding window W (0 = global)
+    nope_temp: float = 0.0       # Llama 4's temperature on the NoPE layers (0 = off)
+    nope_temp_floor: float = 1.0  # its floor scale F, in units of L
 
     def __post_init__(self):
-        if self.pos_encoding not in POS_ENCODINGS:
-            raise ValueError(f"pos_encoding must be one of {POS_ENCODINGS}, got {self.pos_encoding!r}")
-        if self.rope_scaling not in ROPE_SCALINGS:
-            raise ValueError(f"rope_scaling must be one of {ROPE_SCALINGS}, got {self.rope_scaling!r}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head}")
-        if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
-            raise ValueError("RoPE needs an even head size (n_embd / n_head)")
-        if self.rope_factor < 1.0:
-            raise ValueError(f"rope_factor must be >= 1, got {self.rope_factor}")
-        if self.nope_every < 0 or self.rope_window < 0 or self.nope_temp < 0 or self.nope_temp_floor <= 0:
-            raise ValueError("nope_every, rope_window and nope_temp must be >= 0, nope_temp_floor > 0")
-        if (self.nope_every or self.rope_window) and self.pos_encoding != "rope":
-            raise ValueError("nope_every and rope_window mix NoPE layers into a RoPE model: set pos_encoding=rope")
-        if self.rope_window and not self.nope_every:
-            raise ValueError("rope_window windows the RoPE layers of a hybrid: set nope_every too")
-        if self.nope_temp and not self.nope_layers():
-            raise ValueError("nope_temp scales the NoPE layers and this model has none (pos_encoding=nope, "
-                             "or rope with nope_every)")
+        check_config(self)
 
     def nope_layers(self):
         """Indices of the layers without position encoding: every layer of a NoPE model; with
@@ -83,8 +60,327 @@ class GPTConfig:
         return [i for i in range(self.n_layer) if self.nope_every and (i + 1) % self.nope_every == 0]
 
 
-# -----------------------------------------------------------------------------
-# Rotary position embedding and its length-extension variants
+def query_scale(head_scale, slope, T, L):
+    """Piece T1: the scale lam_h(i) each query gets, for heads h and query positions i = 1..T.
+
+        lam_h(i) = head_scale_h * (1 + a_h * ln(max(i, L) / L)),   a_h = slope_h
+
+    head_scale (nh,) is the paper's lambda (its UniformScale: one value for every head; its
+    HeadScale: one per head); logits become lam_h q.k / sqrt(d), as in the authors' code
+    (AntNLP/nope_head_scale), where lambda multiplies q. slope (nh,) lets lambda follow the
+    position past L, the per-position law of the paper's grid search (a_h = 0: a constant). Position i counts from 1 at the window's first token; every i <= L gets exactly
+    head_scale_h, so nothing changes on the training lengths.
+    Returns (1, nh, 1, 1), or (1, nh, T, 1) when T > L."""
+    lam = head_scale.view(1, -1, 1, 1)                                              # (1, nh, 1, 1)
+    if T <= L:  # ln(max(i, L) / L) = 0 at every position
+        return lam
+    i = torch.arange(1, T + 1, device=head_scale.device, dtype=torch.float32).view(1, 1, T, 1)
+    return lam * (1 + slope.view(1, -1, 1, 1) * torch.log(i.clamp(min=L) / L))       # (1, nh, T, 1)
+
+
+class Explicit(NamedTuple):
+    """Ask for the written-out softmax (T2) instead of SDPA: queries `chunk` at a time; with
+    `entropy` a list, each layer appends its (B, nh, T) attention entropy in bits to it."""
+    chunk: int = 256
+    entropy: list | None = None
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, config, layer=0):
+        super().__init__()
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.dropout = config.dropout
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.block_size = config.block_size  # L of the law in query_scale
+        # The paper's lambda, one per head, and its slope past L (query_scale). Buffers, not
+        # parameters: training never touches them; search_scales.py fits them.
+        self.register_buffer("head_scale", torch.ones(config.n_head))
+        self.register_buffer("head_slope", torch.zeros(config.n_head))
+        # beyond the paper: RoPE in this layer or not (a hybrid's NoPE layers are global), a
+        # hybrid's sliding window, and a window keeps the start token visible (an attention sink)
+        self.use_rope = config.pos_encoding == "rope" and layer not in config.nope_layers()
+        self.rope_window = config.rope_window if self.use_rope else 0
+        self.sink = config.bos
+
+    def forward(self, x, rope=None, temp=None, window=None, explicit=None):
+        """x (B, T, C). rope: cos/sin tables (RoPE layers use them); temp: Llama 4's temperature
+        (NoPE layers use it); window: each query sees at most its last `window` keys (None: all
+        before it); explicit: None for SDPA, or Explicit(...) for the written-out softmax."""
+        B, T, C = x.size()
+        nh, hs = self.n_head, C // self.n_head
+        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
+        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        if rope is not None and self.use_rope:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        # The paper's method: softmax(lam q.k / sqrt(d)) = softmax((lam q).k / sqrt(d)), so lam
+        # is folded into q and SDPA stays the fast path.
+        lam = query_scale(self.head_scale, self.head_slope, T, self.block_size)    # (1, nh, T|1, 1)
+        if temp is not None and not self.use_rope:  # Llama 4's temperature: NoPE layers only
+            lam = lam * temp                                                        # (1, nh, T, 1)
+        # the product in float32, then back to q's dtype: lam.to(bfloat16) would round lam itself
+        # (1.15 -> 1.1484, steps of 0.0078: coarser than HeadScale's late updates)
+        q = (q.float() * lam).to(q.dtype)                                           # (B, nh, T, hs)
+        if self.rope_window:  # a hybrid's windowed RoPE layer: the narrower of the two windows
+            window = min(window or self.rope_window, self.rope_window)
+        if explicit is None:
+            mask = None if window is None else window_mask(T, window, x.device, self.sink)
+            dropout_p = self.dropout if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                               is_causal=mask is None)
+        else:
+            if self.training and self.dropout > 0:
+                raise ValueError("the written-out softmax measures a model: call model.eval() first")
+            y, entropy = written_out_attention(q, k, v, window, self.sink, explicit.chunk)
+            if explicit.entropy is not None:
+                explicit.entropy.append(entropy)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
+        return self.resid_dropout(self.c_proj(y))
+
+
+def written_out_attention(q, k, v, window=None, sink=False, chunk=256):
+    """Piece T2: causal attention with the softmax written out, and its entropy in bits.
+
+        a_ij = softmax_j(q_i.k_j / sqrt(d)) over the keys j <= i,   y_i = sum_j a_ij v_j
+        H_i  = -sum_j a_ij log2 a_ij   (bits; log2 i when query i attends evenly to its i keys)
+
+    The paper ties NoPE's failure past L to this entropy growing ("distraction"); the authors'
+    code measures it in bits, per layer, head and position, as here.
+    q, k, v (B, nh, T, hs), lambda already folded into q. window / sink: see window_mask.
+    Queries go `chunk` at a time, so memory holds at most a (B, nh, chunk, T) slice of the
+    attention matrix. Scores and softmax in float32 (flash attention keeps its scores so too).
+    Returns y (B, nh, T, hs) in v's dtype and the entropy (B, nh, T) in float32."""
+    B, nh, T, hs = q.shape
+    y = torch.empty_like(q)
+    entropy = torch.empty(B, nh, T, device=q.device, dtype=torch.float32)
+    for s in range(0, T, chunk):
+        e = min(s + chunk, T)
+        # keys before lo are outside every window of queries s..e-1: skipped (a sink keeps key 0)
+        lo = max(0, s - window + 1) if window is not None and not sink else 0
+        with torch.autocast(q.device.type, enabled=False):
+            att = (q[:, :, s:e].float() @ k[:, :, lo:e].float().transpose(-2, -1)) / math.sqrt(hs)
+        allowed = window_mask(e, window, q.device, sink, start=s, lo=lo)  # (e-s, e-lo)
+        att = att.masked_fill(~allowed, float("-inf"))                    # (B, nh, e-s, e-lo)
+        att = F.softmax(att, dim=-1)                                      # fp32
+        entropy[:, :, s:e] = torch.special.entr(att).sum(-1) / math.log(2)  # nats -> bits
+        y[:, :, s:e] = att.to(v.dtype) @ v[:, :, lo:e]                    # (B, nh, e-s, hs)
+    return y, entropy
+
+
+class MLP(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+
+    def __init__(self, config, layer=0):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config, layer)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, **attn_kwargs):
+        x = x + self.attn(self.ln_1(x), **attn_kwargs)
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),  # no wpe, in NoPE and RoPE alike
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config, layer) for layer in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying
+        self.apply(self._init_weights)
+        for pn, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
+            if pn.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def get_num_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx, targets=None, window=None, explicit=False, entropy=None,
+                chunk=256, reduction="mean"):
+        """idx (B, T) token ids, any T. Returns (logits, loss) like nanoGPT.
+        window:    each query attends to at most the last `window` keys (None: all before it)
+        explicit:  use the written-out softmax (T2) instead of F.scaled_dot_product_attention
+        entropy:   a list; with explicit=True, one (B, nh, T) tensor of entropies in bits
+                   is appended per layer (so the caller can reduce it layer by layer)
+        reduction: "mean" gives a scalar loss, "none" the (B, T) per-token losses"""
+        B, T = idx.size()
+        rope = rope_cos_sin(self.config, T, idx.device) if self.config.pos_encoding == "rope" else None
+        temp = llama4_temperature(T, self.config, idx.device)  # (1, 1, T, 1) or None
+        path = Explicit(chunk, entropy) if explicit else None
+        x = self.transformer.drop(self.transformer.wte(idx))  # (B, T, C): token embeddings only
+        for block in self.transformer.h:
+            x = block(x, rope=rope, temp=temp, window=window, explicit=path)
+        x = self.transformer.ln_f(x)
+        if targets is None:  # inference: only the last position's logits are needed
+            return self.lm_head(x[:, [-1], :]), None
+        logits = self.lm_head(x)  # (B, T, vocab_size)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1),
+                               ignore_index=-1, reduction=reduction)
+        return logits, (loss.view(B, T) if reduction == "none" else loss)
+
+    # --- the paper's lambda and its slope, read and written in one place --------------
+
+    def get_head_scales(self):
+        """(n_layer, n_head) tensor of the current lambda values."""
+        return torch.stack([b.attn.head_scale.detach() for b in self.transformer.h]).cpu()
+
+    def set_head_scales(self, lam):
+        """lam: a number (UniformScale), a (n_layer, 1) table (one per layer), or a
+        (n_layer, n_head) table (HeadScale). A flat list is refused: with as many layers as
+        heads it could mean either."""
+        self._set_per_head("head_scale", lam, "head scales")
+
+    def get_head_slopes(self):
+        """(n_layer, n_head) tensor of the slopes a of query_scale's law."""
+        return torch.stack([b.attn.head_slope.detach() for b in self.transformer.h]).cpu()
+
+    def set_head_slopes(self, a):
+        """a: the slopes, in the shapes set_head_scales takes, by the same rules."""
+        self._set_per_head("head_slope", a, "head slopes")
+
+    def _set_per_head(self, buffer, value, what):
+        n_layer, n_head = self.config.n_layer, self.config.n_head
+        value = torch.as_tensor(value, dtype=torch.float32, device=self.lm_head.weight.device)
+        if value.dim() == 1 and value.numel() == 1:
+            value = value.view(())
+        if value.dim() == 1:
+            raise ValueError(f"a flat list of {value.numel()} {what} is ambiguous: give one number, a "
+                             f"({n_layer}, 1) table (one per layer) or a ({n_layer}, {n_head}) table")
+        if value.dim() == 0 or value.shape == (n_layer, 1):
+            value = value.expand(n_layer, n_head)
+        if value.shape != (n_layer, n_head):
+            raise ValueError(f"{what} of shape {tuple(value.shape)} do not fit {n_layer} layers x "
+                             f"{n_head} heads")
+        for layer, block in enumerate(self.transformer.h):
+            # HeadScale's trick: a table that requires grad goes in as it is (each layer's buffer a
+            # view of it), so the loss's gradient reaches the caller's tensor while every weight
+            # stays frozen; a plain value is copied, so the caller's later edits do not leak in
+            row = value[layer]  # (n_head,)
+            setattr(block.attn, buffer, row if value.requires_grad else row.clone())
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        # weight decay on matrices (dim >= 2), none on biases and LayerNorm gains
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        fused = device_type == "cuda"
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
+
+    def flops_per_token(self, T):
+        """Forward+backward FLOPs per token at length T: 6N for the weight matmuls plus the
+        attention scores and values, 6 * n_layer * T * n_embd (causal, so on average half of
+        the 12 * n_layer * T * n_embd of the PaLM appendix)."""
+        N = self.get_num_params()
+        cfg = self.config
+        return 6 * N + 6 * cfg.n_layer * T * cfg.n_embd
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, window=None, generator=None):
+        """Sample max_new_tokens continuing idx (B, T). No cropping to block_size: the
+        point of this project is what happens past it (pass window= to crop; a model trained
+        with the start token keeps it: the start token and the last window - 1 tokens)."""
+        for _ in range(max_new_tokens):
+            idx_cond = idx
+            if window is not None and idx.size(1) > window:  # positions restart at 1 in the crop
+                idx_cond = (torch.cat([idx[:, :1], idx[:, idx.size(1) - (window - 1):]], 1)
+                            if self.config.bos else idx[:, -window:])
+            logits, _ = self(idx_cond)
+            logits = logits[:, -1, :].float()  # (B, vocab_size)
+            if temperature <= 0:  # greedy (passkey.py scores it)
+                idx_next = logits.argmax(-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+                    logits[logits < v[:, [-1]]] = -float("inf")
+                idx_next = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+            idx = torch.cat((idx, idx_next), dim=1)
+        return idx
+
+
+# =============================================================================================
+# Beyond the paper: the settings' rules, sliding windows and the start token, the RoPE baseline
+# and its length extensions, Llama 4's temperature, checkpoints. They live here, below the
+# paper's model, so that the file stays the one place a model is defined (nanoGPT's single file)
+# while the lesson reads first.
+
+POS_ENCODINGS = ("nope", "rope")
+ROPE_SCALINGS = ("none", "pi", "ntk", "yarn")
+
+
+def check_config(c):
+    """GPTConfig's rules, each refused with what to set."""
+    if c.pos_encoding not in POS_ENCODINGS:
+        raise ValueError(f"pos_encoding must be one of {POS_ENCODINGS}, got {c.pos_encoding!r}")
+    if c.rope_scaling not in ROPE_SCALINGS:
+        raise ValueError(f"rope_scaling must be one of {ROPE_SCALINGS}, got {c.rope_scaling!r}")
+    if c.n_embd % c.n_head:
+        raise ValueError(f"n_embd={c.n_embd} is not a multiple of n_head={c.n_head}")
+    if c.pos_encoding == "rope" and (c.n_embd // c.n_head) % 2:
+        raise ValueError("RoPE needs an even head size (n_embd / n_head)")
+    if c.rope_factor < 1.0:
+        raise ValueError(f"rope_factor must be >= 1, got {c.rope_factor}")
+    if c.nope_every < 0 or c.rope_window < 0 or c.nope_temp < 0 or c.nope_temp_floor <= 0:
+        raise ValueError("nope_every, rope_window and nope_temp must be >= 0, nope_temp_floor > 0")
+    if (c.nope_every or c.rope_window) and c.pos_encoding != "rope":
+        raise ValueError("nope_every and rope_window mix NoPE layers into a RoPE model: "
+                         "set pos_encoding=rope")
+    if c.rope_window and not c.nope_every:
+        raise ValueError("rope_window windows the RoPE layers of a hybrid: set nope_every too")
+    if c.nope_temp and not c.nope_layers():
+        raise ValueError("nope_temp scales the NoPE layers and this model has none (pos_encoding=nope, "
+                         "or rope with nope_every)")
+
+
+def window_mask(T, window, device, sink=False, start=0, lo=0):
+    """Boolean (T - start, T - lo) mask, True where query i (start <= i < T) may attend to key j
+    (lo <= j < T): i - window < j <= i, and with sink=True also j = 0. The start token (bos) is
+    such a sink, as in StreamingLLM: a window of W then holds the start token and the last W - 1
+    tokens, the text a model trained with the token always saw. window=None: plain causal."""
+    i = torch.arange(start, T, device=device).unsqueeze(1)
+    j = torch.arange(lo, T, device=device).unsqueeze(0)
+    if window is None:
+        return j <= i
+    if sink:  # the start token, then the last window - 1 keys
+        return (j <= i) & ((j > i - window + 1) | (j == 0))
+    return (j <= i) & (j > i - window)
+
 
 def rope_cos_sin(config, T, device):
     """cos and sin tables of shape (T, hs) for positions 0..T-1, computed on the fly
@@ -125,37 +421,11 @@ def apply_rope(x, cos, sin):
     return x * cos + rotated * sin
 
 
-# -----------------------------------------------------------------------------
-# The model
-
-def window_mask(T, window, device, sink=False, start=0, lo=0):
-    """Boolean (T - start, T - lo) mask, True where query i (start <= i < T) may attend to key j
-    (lo <= j < T):
-    i - window < j <= i, and with sink=True also j = 0 (the start token stays visible, so a
-    window of W holds the start token and the last W - 1 tokens). window=None: plain causal."""
-    i = torch.arange(start, T, device=device).unsqueeze(1)
-    j = torch.arange(lo, T, device=device).unsqueeze(0)
-    if window is None:
-        return j <= i
-    if sink:  # the start token, then the last window - 1 keys
-        return (j <= i) & ((j > i - window + 1) | (j == 0))
-    return (j <= i) & (j > i - window)
-
-
-def log_position(T, L, device):
-    """ln(max(i, L) / L) for positions i = 1..T, shape (1, 1, T, 1): the length-following part of
-    lambda_h(i) below. None when T <= L: it would be 0 everywhere (every training step)."""
-    if T <= L:
-        return None
-    i = torch.arange(1, T + 1, device=device, dtype=torch.float32).view(1, 1, T, 1)
-    return torch.log(i.clamp(min=L) / L)
-
-
 def llama4_temperature(T, config, device):
     """Llama 4's attention temperature of its NoPE layers at 0-based positions i0 = 0..T-1, shape
     (1, 1, T, 1): 1 + nope_temp * ln(1 + floor(i0 / F)), F = nope_temp_floor * L. Llama 4 itself
     takes floor((i0 + 1) / F), which with F = L already scales the last position of a training
-    window; floor(i0 / F) leaves every i0 < L at 1, as the length-following lambda above does.
+    window; floor(i0 / F) leaves every i0 < L at 1, as query_scale's law does.
     None when off, or when T <= F (1 everywhere)."""
     F_ = config.nope_temp_floor * config.block_size
     if not config.nope_temp or T <= F_:
@@ -164,255 +434,7 @@ def llama4_temperature(T, config, device):
     return 1 + config.nope_temp * torch.log1p(torch.floor(i0 / F_))
 
 
-class CausalSelfAttention(nn.Module):
-
-    def __init__(self, config, layer=0):
-        super().__init__()
-        # RoPE in this layer, or none (a NoPE model, or a hybrid's NoPE layer: global attention)
-        self.use_rope = config.pos_encoding == "rope" and layer not in config.nope_layers()
-        self.rope_window = config.rope_window if self.use_rope else 0
-        self.n_head = config.n_head
-        self.n_embd = config.n_embd
-        self.dropout = config.dropout
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.resid_dropout = nn.Dropout(config.dropout)
-        self.sink = config.bos  # a sliding-window mask keeps the start token visible
-        # The paper's lambda, one per head: attention logits lam_h * q.k / sqrt(d).
-        # A buffer, not a parameter: training never touches it; search_scales.py fits it.
-        self.register_buffer("head_scale", torch.ones(config.n_head))
-        # Its slope a_h past L, lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L)): zeros = a
-        # constant lam; search_scales.py --fit=log fits it. A checkpoint without it loads with zeros.
-        self.register_buffer("head_scale_log", torch.zeros(config.n_head))
-        self.block_size = config.block_size  # L of the law above
-
-    def forward(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256, log_pos=None, temp=None):
-        B, T, C = x.size()
-        nh, hs = self.n_head, C // self.n_head
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
-        if rope is not None and self.use_rope:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if self.rope_window:  # a hybrid's windowed RoPE layer: the narrower of its window and the caller's
-            window = min(window or self.rope_window, self.rope_window)
-        # The paper's method (Eq. for UniformScale / HeadScale): fold lam_h into q, so that
-        # softmax(q'.k / sqrt(d)) = softmax(lam_h q.k / sqrt(d)) and SDPA stays the fast path.
-        # Per position, the length-following lambda: lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L)),
-        # a_h = head_scale_log, i = index + 1 (the start token is i = 1). ln(L / L) = 0, so every
-        # i <= L, and every i when a = 0, gets exactly head_scale_h. Recomputed sub-windows
-        # (evaluate._losses_recompute) and cropped generation restart i at 1: a model that reads only
-        # its last L positions never leaves i <= L.
-        if log_pos is None:  # GPT.forward computes it once for every layer; None up to L
-            log_pos = log_position(T, self.block_size, q.device)                          # (1, 1, T, 1)
-        lam = self.head_scale.view(1, nh, 1, 1)                                            # (1, nh, 1, 1)
-        if log_pos is not None:
-            lam = lam * (1 + self.head_scale_log.view(1, nh, 1, 1) * log_pos)              # (1, nh, T, 1)
-        if temp is not None and not self.use_rope:  # Llama 4's temperature, NoPE layers only
-            lam = lam * temp                                                               # (1, nh|1, T, 1)
-        # the product in float32, then back to q's dtype: lam.to(bfloat16) would round lam itself
-        # (1.15 -> 1.1484, steps of 0.0078: coarser than HeadScale's late updates)
-        q = (q.float() * lam).to(q.dtype)                                                  # (B, nh, T, hs)
-        dropout_p = self.dropout if self.training else 0.0
-        if not explicit:
-            if window is None:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-            else:
-                mask = window_mask(T, window, x.device, self.sink)
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
-        else:
-            y = self.explicit_attention(q, k, v, window, entropy, chunk, dropout_p)  # (B, nh, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
-        return self.resid_dropout(self.c_proj(y))
-
-    def explicit_attention(self, q, k, v, window, entropy, chunk, dropout_p):
-        """The softmax written out, for teaching, tests and entropy. Queries are processed
-        `chunk` at a time, so memory holds at most a (B, nh, chunk, T) slice of this layer's
-        attention matrix: it grows linearly with T at a fixed chunk size.
-        If `entropy` is a list, appends this layer's attention entropy in bits,
-        H_i = -sum_j a_ij log2 a_ij, of shape (B, nh, T)."""
-        B, nh, T, hs = q.shape
-        y = torch.empty_like(q)
-        ent = torch.empty(B, nh, T, device=q.device, dtype=torch.float32) if entropy is not None else None
-        for s in range(0, T, chunk):
-            e = min(s + chunk, T)
-            # keys no query here can see are skipped (all kept with a sink: key 0 stays visible)
-            lo = 0 if window is None or self.sink else max(0, s - window + 1)
-            with torch.autocast(q.device.type, enabled=False):  # scores in fp32, as flash attention keeps them
-                att = (q[:, :, s:e].float() @ k[:, :, lo:e].float().transpose(-2, -1)) / math.sqrt(hs)  # (B, nh, e-s, e-lo)
-            allowed = window_mask(e, window, q.device, self.sink, start=s, lo=lo)   # (e-s, e-lo)
-            att = att.masked_fill(~allowed, float("-inf"))
-            att = F.softmax(att, dim=-1)                               # (B, nh, e-s, e-lo), fp32
-            if ent is not None:
-                ent[:, :, s:e] = torch.special.entr(att).sum(-1) / math.log(2)  # bits
-            att = F.dropout(att, p=dropout_p, training=dropout_p > 0)
-            y[:, :, s:e] = att.to(v.dtype) @ v[:, :, lo:e]             # (B, nh, e-s, hs)
-        if ent is not None:
-            entropy.append(ent)
-        return y
-
-
-class MLP(nn.Module):
-
-    def __init__(self, config):
-        super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.gelu = nn.GELU()
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
-
-    def forward(self, x):
-        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
-
-
-class Block(nn.Module):
-
-    def __init__(self, config, layer=0):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = CausalSelfAttention(config, layer)
-        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.mlp = MLP(config)
-
-    def forward(self, x, **attn_kwargs):
-        x = x + self.attn(self.ln_1(x), **attn_kwargs)
-        x = x + self.mlp(self.ln_2(x))
-        return x
-
-
-class GPT(nn.Module):
-
-    def __init__(self, config):
-        super().__init__()
-        self.config = config
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd),  # note: no wpe, in NoPE and RoPE alike
-            drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config, layer) for layer in range(config.n_layer)]),
-            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
-        ))
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # weight tying
-        self.apply(self._init_weights)
-        for pn, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
-            if pn.endswith("c_proj.weight"):
-                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
-
-    def _init_weights(self, module):
-        if isinstance(module, nn.Linear):
-            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                torch.nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
-
-    def get_num_params(self):
-        return sum(p.numel() for p in self.parameters())
-
-    def forward(self, idx, targets=None, window=None, explicit=False, entropy=None,
-                chunk=256, reduction="mean"):
-        """idx (B, T) token ids, any T. Returns (logits, loss) like nanoGPT.
-        window:    each query attends to at most the last `window` keys (None: all before it)
-        explicit:  use the written-out softmax instead of F.scaled_dot_product_attention
-        entropy:   a list; with explicit=True, one (B, nh, T) tensor of entropies in bits
-                   is appended per layer (so the caller can reduce it layer by layer)
-        reduction: "mean" gives a scalar loss, "none" the (B, T) per-token losses"""
-        B, T = idx.size()
-        rope = rope_cos_sin(self.config, T, idx.device) if self.config.pos_encoding == "rope" else None
-        log_pos = log_position(T, self.config.block_size, idx.device)  # (1, 1, T, 1), shared by the layers
-        temp = llama4_temperature(T, self.config, idx.device)         # (1, 1, T, 1) or None
-        x = self.transformer.drop(self.transformer.wte(idx))  # (B, T, C): token embeddings only
-        for block in self.transformer.h:
-            x = block(x, rope=rope, window=window, explicit=explicit, entropy=entropy, chunk=chunk, log_pos=log_pos,
-                      temp=temp)
-        x = self.transformer.ln_f(x)
-        if targets is None:  # inference: only the last position's logits are needed
-            return self.lm_head(x[:, [-1], :]), None
-        logits = self.lm_head(x)  # (B, T, vocab_size)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1),
-                               ignore_index=-1, reduction=reduction)
-        return logits, (loss.view(B, T) if reduction == "none" else loss)
-
-    # --- the paper's lambda and its slope, read and written in one place --------------
-
-    def get_head_scales(self):
-        """(n_layer, n_head) tensor of the current lambda values."""
-        return torch.stack([b.attn.head_scale.detach() for b in self.transformer.h]).cpu()
-
-    def set_head_scales(self, lam):
-        """lam: a number (UniformScale), a (n_layer, 1) table (one per layer), or a
-        (n_layer, n_head) table (HeadScale). A flat list is refused: with as many layers as
-        heads it could mean either. A tensor that requires grad is kept as is, so gradients
-        flow back to it (search_scales.py fits lambda this way)."""
-        self._set_per_head("head_scale", lam, "head scales")
-
-    def get_head_slopes(self):
-        """(n_layer, n_head) tensor of the slopes a of lam(i) = head_scale (1 + a ln(max(i, L) / L))."""
-        return torch.stack([b.attn.head_scale_log.detach() for b in self.transformer.h]).cpu()
-
-    def set_head_slopes(self, a):
-        """a: the slopes (head_scale_log), in the shapes set_head_scales takes, by the same rules."""
-        self._set_per_head("head_scale_log", a, "head slopes")
-
-    def _set_per_head(self, buffer, value, what):
-        n_layer, n_head = self.config.n_layer, self.config.n_head
-        value = torch.as_tensor(value, dtype=torch.float32, device=self.lm_head.weight.device)
-        if value.dim() == 1 and value.numel() == 1:
-            value = value.view(())
-        if value.dim() == 1:
-            raise ValueError(f"a flat list of {value.numel()} {what} is ambiguous: give one number, a "
-                             f"({n_layer}, 1) table (one per layer) or a ({n_layer}, {n_head}) table (per head)")
-        if value.dim() == 0 or value.shape == (n_layer, 1):
-            value = value.expand(n_layer, n_head)
-        if value.shape != (n_layer, n_head):
-            raise ValueError(f"{what} of shape {tuple(value.shape)} do not fit {n_layer} layers x {n_head} heads")
-        for layer, block in enumerate(self.transformer.h):
-            setattr(block.attn, buffer, value[layer] if value.requires_grad else value[layer].clone())
-
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        # weight decay on matrices (dim >= 2), none on biases and LayerNorm gains
-        params = [p for p in self.parameters() if p.requires_grad]
-        decay = [p for p in params if p.dim() >= 2]
-        no_decay = [p for p in params if p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
-        fused = device_type == "cuda"
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
-
-    def flops_per_token(self, T):
-        """Forward+backward FLOPs per token at length T: 6N for the weight matmuls plus the
-        attention scores and values, 6 * n_layer * T * n_embd (causal, so on average half of
-        the 12 * n_layer * T * n_embd of the PaLM appendix)."""
-        N = self.get_num_params()
-        cfg = self.config
-        return 6 * N + 6 * cfg.n_layer * T * cfg.n_embd
-
-    @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, window=None, generator=None):
-        """Sample max_new_tokens continuing idx (B, T). No cropping to block_size: the
-        point of this project is what happens past it (pass window= to crop; a model trained
-        with the start token keeps it: the start token and the last window - 1 tokens)."""
-        for _ in range(max_new_tokens):
-            idx_cond = idx
-            if window is not None and idx.size(1) > window:  # positions restart at 1 in the crop
-                idx_cond = (torch.cat([idx[:, :1], idx[:, idx.size(1) - (window - 1):]], 1) if self.config.bos
-                            else idx[:, -window:])
-            logits, _ = self(idx_cond)
-            logits = logits[:, -1, :].float()  # (B, vocab_size)
-            if temperature <= 0:  # greedy (passkey.py scores it)
-                idx_next = logits.argmax(-1, keepdim=True)
-            else:
-                logits = logits / temperature
-                if top_k is not None:
-                    v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
-                    logits[logits < v[:, [-1]]] = -float("inf")
-                idx_next = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
-            idx = torch.cat((idx, idx_next), dim=1)
-        return idx
-
-
-# -----------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------
 # Checkpoints: tensors and plain values only (torch.load(weights_only=True) works),
 # written atomically, carrying the model config so a script can rebuild the model.
 
@@ -450,8 +472,8 @@ def load_checkpoint(path, device="cpu", **config_overrides):
         raise CheckpointError(f"{path} is not a nanoNoPE checkpoint (no 'model'/'model_args'); "
                               "use one written by train.py or search_scales.py")
     if "bos" not in ckpt["model_args"]:
-        raise CheckpointError(f"{path} was written before the start token existed (an older nanoNoPE, whose "
-                              "measurements are not comparable): retrain it with this version")
+        raise CheckpointError(f"{path} was written before the start token existed (an older nanoNoPE, "
+                              "whose measurements are not comparable): retrain it with this version")
     known = {f.name for f in fields(GPTConfig)}
     args = {k: v for k, v in ckpt["model_args"].items() if k in known}
     for k, v in config_overrides.items():
@@ -462,12 +484,16 @@ def load_checkpoint(path, device="cpu", **config_overrides):
         model = GPT(GPTConfig(**args))
     except ValueError as e:
         raise CheckpointError(f"{path}: {e}") from None
-    state = {k.removeprefix("_orig_mod.").removeprefix("module."): v for k, v in ckpt["model"].items()}
+    state = {}
+    for k, v in ckpt["model"].items():
+        k = k.removeprefix("_orig_mod.").removeprefix("module.")
+        state[k.removesuffix(".head_scale_log") + ".head_slope" if k.endswith(".head_scale_log") else k] = v
     for k, v in model.state_dict().items():  # saved before the slopes existed: zeros, a constant lambda
-        if k.endswith(".head_scale_log"):
+        if k.endswith(".head_slope"):
             state.setdefault(k, v)
     try:
         model.load_state_dict(state)
     except RuntimeError as e:
-        raise CheckpointError(f"{path} does not fit its own config ({str(e).splitlines()[-1].strip()[:160]})") from None
+        raise CheckpointError(f"{path} does not fit its own config "
+                              f"({str(e).splitlines()[-1].strip()[:160]})") from None
     return model.to(device), ckpt

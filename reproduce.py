@@ -2,7 +2,7 @@
 The paper's study in one command:
 
     python reproduce.py                       # the gpu preset where CUDA is available, else cpu; out/study
-    python reproduce.py --preset=cpu          # the laptop study (8 to 15 minutes on 2 cores)
+    python reproduce.py --preset=cpu          # the laptop study (its times: docs/laptop.md)
     python reproduce.py --preset=gpu --out_dir=out/study_gpu   # minutes on one card
     python reproduce.py --dataset=NAME --max_iters=400   # any prepared dataset, any preset override
 
@@ -22,12 +22,12 @@ same settings (rerun after an interruption and nothing finished is lost; --force
   4. evaluate every variant at L..16L, plus each model reading only its last L positions
      (evaluate.py; a row's excess over that reference is what the long context costs it)
   5. passkey retrieval (presets cpu_long and cpu_char, or --passkey=true; the cpu preset leaves it
-     out to save ~10 minutes): both models fine-tuned on text mixed with passkey examples at L, the
+     out to save time): both models fine-tuned on text mixed with passkey examples at L, the
      uniform lambda, HeadScale and its ablations fitted on that NoPE at 4L, accuracy over
      length x depth for each (train.py --passkey_frac, search_scales.py, passkey.py)
-  5b. with --logscale: lambda that follows the position, lam_h(i) = head_scale_h (1 + a_h ln(max(i, L) / L)):
-     nope_logn (Qwen's logn attention, a = 1/ln L), nope_loglam (one a, the grid's lambda(i) fit at
-     its longest length), nope_headscale_log_4L (a_h fitted at 4L), and HeadScale fitted at 8L
+  5b. with --slopes: lambda that follows the position, lam_h(i) = head_scale_h (1 + a_h ln(max(i, L) / L)):
+     nope_logn (Qwen's logn attention, a = 1/ln L), nope_slope_grid (one a, the grid's lambda(i) fit at
+     its longest length), nope_headslope_4L (a_h fitted at 4L), and HeadScale fitted at 8L
      (nope_headscale_8L), evaluated like every row (the issue's L..16L: add --lengths=1,2,4,8,16).
      Last but one, so adding it to a finished study runs only these stages
   5c. with --modern: NoPE as production models use it since the paper (docs/modern.md): hybrids of
@@ -93,10 +93,10 @@ class StudyConfig:
     passkey_lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])  # units of L
     passkey_keys: int = 5               # keys per (length, depth) cell; 10 depths
     # length-following lambda (stage 5b): lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L))
-    logscale: bool = False              # add nope_logn, nope_loglam, nope_headscale_log_4L and nope_headscale_8L
-    logscale_length: float = 4.0        # where the slopes a_h are fitted (from the grid's lambda(i) fit there)
-    logscale_fit_lengths: list[float] = field(default_factory=lambda: [8.0])  # HeadScale also fitted here, with
-                                        # --logscale only (from the grid's best lambda there)
+    slopes: bool = False              # add nope_logn, nope_slope_grid, nope_headslope_4L and nope_headscale_8L
+    slopes_length: float = 4.0        # where the slopes a_h are fitted (from the grid's lambda(i) fit there)
+    slopes_fit_lengths: list[float] = field(default_factory=lambda: [8.0])  # HeadScale also fitted here, with
+                                        # --slopes only (from the grid's best lambda there)
     # NoPE since the paper (stage 5c, docs/modern.md): hybrid RoPE/NoPE layers and DroPE
     modern: bool = False                # add the hybrid, hybrid_swa, drope* rows and their remedies
     nope_every: int = 4                 # hybrids: every k-th layer NoPE, the others RoPE (Llama 4, SmolLM3)
@@ -155,8 +155,8 @@ def main():
     evaluate_rows(study)                  # 4. every row on the same windows, and the last-L references
     if cfg.passkey:
         passkey_rows(study)               # 5. passkey retrieval
-    if cfg.logscale:
-        logscale_rows(study)              # 5b. lambda that follows the position
+    if cfg.slopes:
+        slope_rows(study)              # 5b. lambda that follows the position
     if cfg.modern:
         modern_rows(study)                # 5c. NoPE as production models use it since the paper
     # 6. the figures, drawn from the saved files (cheap: always redrawn), and the report
@@ -166,10 +166,10 @@ def main():
 
 def check(cfg):
     """Every input that a later stage would refuse, refused before any work."""
-    if cfg.logscale:
-        missing = [k for k in [cfg.logscale_length, *cfg.logscale_fit_lengths] if k not in cfg.grid_lengths]
+    if cfg.slopes:
+        missing = [k for k in [cfg.slopes_length, *cfg.slopes_fit_lengths] if k not in cfg.grid_lengths]
         if missing:
-            raise UserError(f"--logscale fits at {', '.join(length_name(k) for k in missing)} from the grid there: "
+            raise UserError(f"--slopes fits at {', '.join(length_name(k) for k in missing)} from the grid there: "
                             f"add {','.join(f'{k:g}' for k in missing)} to --grid_lengths (now "
                             f"{','.join(f'{k:g}' for k in cfg.grid_lengths)})")
     if cfg.modern:
@@ -358,24 +358,24 @@ def passkey_rows(study):
                                       f"--avg_up_to={max(cfg.passkey_lengths):g}"], [os.path.join(pk, "passkey.json")])
 
 
-def logscale_rows(study):
+def slope_rows(study):
     """Slopes set (Qwen's logn, the grid's a) and fitted, and HeadScale at the longer lengths, to
     compare what holds past the length a fit was made at."""
     cfg, scales = study.cfg, study.scales
-    lg = length_name(cfg.logscale_length)
-    more = [k for k in cfg.logscale_fit_lengths if k not in cfg.fit_lengths]  # already fitted otherwise
+    lg = length_name(cfg.slopes_length)
+    more = [k for k in cfg.slopes_fit_lengths if k not in cfg.fit_lengths]  # already fitted otherwise
     if more:
-        study.stages.run("search_logscale_headscale", ["search_scales.py", *study.search, "--grid=false",
+        study.stages.run("search_slopes_headscale", ["search_scales.py", *study.search, "--grid=false",
                                                        f"--fit_lengths={lengths(more)}"],
                          [os.path.join(scales, f"head_{length_name(k)}.pt") for k in more])
-    study.stages.run("search_logscale", ["search_scales.py", *study.search, "--grid=false", "--fit=log",
-                                         f"--fit_lengths={cfg.logscale_length:g}", "--set_log=logn,grid"],
-                     [os.path.join(scales, f) for f in (f"headlog_{lg}.pt", "log_logn.pt", "log_grid.pt")])
-    log_methods = [f"nope_logn={os.path.join(scales, 'log_logn.pt')}",
-                   f"nope_loglam={os.path.join(scales, 'log_grid.pt')}",
-                   f"nope_headscale_log_{lg}={os.path.join(scales, f'headlog_{lg}.pt')}"]
+    study.stages.run("search_slopes", ["search_scales.py", *study.search, "--grid=false", "--fit=slope",
+                                         f"--fit_lengths={cfg.slopes_length:g}", "--set_slope=logn,grid"],
+                     [os.path.join(scales, f) for f in (f"headslope_{lg}.pt", "slope_logn.pt", "slope_grid.pt")])
+    log_methods = [f"nope_logn={os.path.join(scales, 'slope_logn.pt')}",
+                   f"nope_slope_grid={os.path.join(scales, 'slope_grid.pt')}",
+                   f"nope_headslope_{lg}={os.path.join(scales, f'headslope_{lg}.pt')}"]
     log_methods += [f"nope_headscale_{length_name(k)}={os.path.join(scales, f'head_{length_name(k)}.pt')}" for k in more]
-    study.stages.run("evaluate_logscale", ["evaluate.py", f"--ckpts={','.join(log_methods)}", "--samples=false",
+    study.stages.run("evaluate_slopes", ["evaluate.py", f"--ckpts={','.join(log_methods)}", "--samples=false",
                                            *entropy_args(log_methods), *study.evaluate],
                      [os.path.join(study.ev, "results.json")])
 
@@ -485,13 +485,13 @@ def write_report(cfg, out, L, times, wall):
     if cfg.fit_lengths:
         lam = read_json(os.path.join(scales, f"head_{length_name(cfg.fit_lengths[0])}.json"))["lam"]
         lines.append(f"| nope_headscale_* | one lambda per (layer, head), gradient fit | {len(lam) * len(lam[0])} |")
-    logfit = os.path.join(scales, f"headlog_{length_name(cfg.logscale_length)}.json")
-    if cfg.logscale and os.path.exists(logfit):
+    logfit = os.path.join(scales, f"headslope_{length_name(cfg.slopes_length)}.json")
+    if cfg.slopes and os.path.exists(logfit):
         a = read_json(logfit)["a"]
-        grid_a = read_json(os.path.join(scales, "log_grid.json"))
+        grid_a = read_json(os.path.join(scales, "slope_grid.json"))
         lines += ["| nope_logn | nothing: a = 1/ln L for every head (Qwen's logn attention) | 0 |",
-                  f"| nope_loglam | one a for every head, the grid's lambda(i) fit ({grid_a['source']}) | 1 |",
-                  f"| nope_headscale_log_* | one slope a per (layer, head), gradient fit, head_scale 1 | "
+                  f"| nope_slope_grid | one a for every head, the grid's lambda(i) fit ({grid_a['source']}) | 1 |",
+                  f"| nope_headslope_* | one slope a per (layer, head), gradient fit, head_scale 1 | "
                   f"{len(a) * len(a[0])} |"]
     if cfg.rope_baselines:
         lines += ["| rope_*_zeroshot | one factor per length, grid search on validation loss | 1 |",
@@ -502,11 +502,11 @@ def write_report(cfg, out, L, times, wall):
                   "|---|" + "---:|" * len(next(iter(rf.values())))]
         for m, by_len in rf.items():
             lines.append(f"| {m} | " + " | ".join(f"{s['best_factor']:g}" for s in by_len.values()) + " |")
-    if cfg.logscale and os.path.exists(logfit):
+    if cfg.slopes and os.path.exists(logfit):
         lines += ["", "**Lambda that follows the position**, lam_h(i) = 1 + a_h ln(max(i, L) / L) (positions "
                   "i <= L unchanged)", "", "| slopes | how | a mean | min | max |", "|---|---|---:|---:|---:|"]
         for fn in sorted(os.listdir(scales)):
-            if fn.endswith(".json") and fn.startswith(("log_", "headlog_", "layerlog_", "uniformlog_")):
+            if fn.endswith(".json") and fn.startswith(("slope_", "headslope_", "layerslope_", "uniformslope_")):
                 s = read_json(os.path.join(scales, fn))
                 flat = [v for row in s["a"] for v in row] if isinstance(s["a"], list) else [s["a"]]
                 how = s.get("source") or f"fitted at n = {s['length']}, {s['steps']} steps from {s['init']:.3f}"

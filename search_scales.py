@@ -8,15 +8,19 @@ The paper's two remedies for NoPE past its training length L, on any train.py ch
 2. HeadScale (gradient fit): one lam per (layer, head), every other weight frozen, fitted on
    the LM loss at the target length: AdamW, warm-up then cosine, and after every step
    lam >= 1 (the "focus constraint"). Also one lam per layer (--granularity=layer).
-3. Length-following scales (--fit=log): lam_h(i) = 1 + a_h ln(max(i, L) / L), the log law of
+3. Length-following scales (--fit=slope): lam_h(i) = 1 + a_h ln(max(i, L) / L), the log law of
    the grid's best lam per position, one slope a_h per head (or layer, or one), fitted the same
    way with head_scale fixed at 1 and, after every step, a_h >= 0; initialised at the grid's a
-   at that length. Nothing changes at positions <= L. --set_log writes a slope without a fit.
+   at that length. Nothing changes at positions <= L. --set_slope writes a slope without a fit.
+
+The paper's pieces here, each one function: uniform_scale (T3, the best lambda of a loss table),
+fit_log_law (T4, lambda(i) = 1 + a ln(i / L)), fit_head_scales (T5, HeadScale). The rest reads
+checkpoints and windows, measures, prints and writes files.
 
     python search_scales.py --ckpt=out/nope/ckpt.pt                       # grid at 2L,4L,8L, fit at 2L,4L
     python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --min_scale=0 --tag=_noclamp
     python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --init=1 --tag=_noinit
-    python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --fit=log --set_log=logn,grid
+    python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --fit=slope --set_slope=logn,grid
 
 Writes into out_dir (default: the checkpoint's folder + /scales):
     grid.csv            length, lam, loss, tail_loss for every grid point
@@ -25,10 +29,11 @@ Writes into out_dir (default: the checkpoint's folder + /scales):
     head_4L.pt/.csv/.json   the fitted scales: checkpoint, (layer, head, scale) table, fit log
                         (layer_4L.*, or uniform_4L.*: one lambda fitted by gradient, with
                         --granularity=layer or uniform; the study's rows nope_uniform_* are the grid's)
-    headlog_4L.pt/.csv/.json    --fit=log: the fitted slopes a (layer, head, slope), head_scale 1
-                        (layerlog_4L.*, uniformlog_4L.*)
-    log_logn.pt/.json   --set_log=logn: every slope 1/ln L (Qwen's logn attention), nothing fitted
-    log_grid.pt/.json   --set_log=grid: every slope the grid's a at its longest length (log_0.3.*: a number)
+    headslope_4L.pt/.csv/.json  --fit=slope: the fitted slopes a (layer, head, slope), head_scale 1
+                        (layerslope_4L.*, uniformslope_4L.*)
+    slope_logn.pt/.json  --set_slope=logn: every slope 1/ln L (Qwen's logn attention), nothing fitted
+    slope_grid.pt/.json  --set_slope=grid: every slope the grid's a at its longest length
+                        (slope_0.3.*: a number)
 On a hybrid of RoPE and NoPE layers (GPTConfig.nope_every) every scale and slope acts on its NoPE
 layers alone; the RoPE layers keep lambda = 1.
 The grid scores windows of the validation split's "search" subset; evaluate.py scores its "eval"
@@ -36,6 +41,8 @@ subset, disjoint at each length: lambda chosen at 4L is not judged at 4L on text
 Windows of other lengths are cut on their own and share some text (python tools/overlap.py).
 """
 
+import contextlib
+import itertools
 import math
 import os
 import time
@@ -61,8 +68,8 @@ class SearchConfig:
     grid: bool = True                   # run the uniform grid search
     lengths: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0])  # grid target lengths, in units of L
     lam_min: float = 1.0                # grid start
-    lam_max: float = 2.0                # grid end (inclusive): above every best lam measured (1.6 per position at
-                                        # 8L on the gpu preset); a best lam at the end is said in one line
+    lam_max: float = 2.0                # grid end (inclusive): above every best lam measured so far (docs/);
+                                        # a best lam at the end is said in one line
     lam_step: float = 0.05              # grid step
     windows: int = 64                   # validation windows per length (fixed, seeded, inside documents,
                                         # disjoint from evaluate.py's of the same length)
@@ -71,12 +78,12 @@ class SearchConfig:
     position_bins: int = 0              # width of the position bins for lam(i) (0 = L/8)
     # HeadScale gradient fit
     fit_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0])  # fit target lengths, units of L ('' = none)
-    fit: str = "scale"                  # scale (HeadScale: lam) | log (the slopes a of
+    fit: str = "scale"                  # scale (HeadScale: lam) | slope (the slopes a of
                                         # lam(i) = 1 + a ln(max(i, L) / L), head_scale 1, a >= 0 after every step)
     granularity: str = "head"           # head (n_layer x n_head values) | layer (n_layer) | uniform (1)
-    init: float = 0.0                   # starting lam (0 = the best uniform lam for that length); with --fit=log
+    init: float = 0.0                   # starting lam (0 = the best uniform lam for that length); with --fit=slope
                                         # the starting a (0 = the grid's lambda(i) fit a at that length)
-    min_scale: float = 1.0              # clamp after every step: lam >= min_scale (0 = no clamp; --fit=log: a >= 0)
+    min_scale: float = 1.0              # clamp after every step: lam >= min_scale (0 = no clamp; --fit=slope: a >= 0)
     steps: int = 200                    # optimizer steps
     lr: float = 0.05                    # peak learning rate
     warmup_frac: float = 0.1            # linear warm-up over this share of the steps
@@ -85,7 +92,7 @@ class SearchConfig:
     beta2: float = 0.95                 # AdamW beta2
     fit_batch_size: int = 4             # training sequences per fit step
     tag: str = ""                       # suffix for the fit's output names (e.g. _noclamp)
-    set_log: list[str] = field(default_factory=list)  # write log_VALUE.pt, every slope a = VALUE, nothing fitted:
+    set_slope: list[str] = field(default_factory=list)  # write slope_VALUE.pt, every slope a = VALUE, nothing fitted:
                                         # a number >= 0, logn (Qwen: 1/ln L) or grid (uniform.json's a, longest length)
     # RoPE baselines: zero-shot extension factors (RoPE checkpoints only)
     rope_grid: bool = False             # grid over the factor of each rope_method at each of `lengths`
@@ -115,16 +122,17 @@ def check(cfg):
     if cfg.lam_min <= 0:
         raise UserError(f"lambda must be > 0 (it multiplies the attention logits), got lam_min={cfg.lam_min}")
     if cfg.init < 0:
-        raise UserError(f"--init must be > 0 (or 0: the grid's best uniform lambda, or with --fit=log its "
+        raise UserError(f"--init must be > 0 (or 0: the grid's best uniform lambda, or with --fit=slope its "
                         f"lambda(i) fit a), got {cfg.init}")
-    if cfg.fit not in ("scale", "log"):
-        raise UserError(f"--fit must be scale or log, got {cfg.fit!r}")
-    if cfg.fit == "log" and any(k <= 1 for k in cfg.fit_lengths):
-        raise UserError(f"--fit=log fits slopes that act only past L: every --fit_lengths must be > 1, "
+    if cfg.fit not in ("scale", "slope"):
+        raise UserError(f"--fit must be scale or slope, got {cfg.fit!r}" + (" (--fit=log is now --fit=slope)"
+                                                                             if cfg.fit == "log" else ""))
+    if cfg.fit == "slope" and any(k <= 1 for k in cfg.fit_lengths):
+        raise UserError(f"--fit=slope fits slopes that act only past L: every --fit_lengths must be > 1, "
                         f"got {cfg.fit_lengths}")
-    for v in cfg.set_log:
+    for v in cfg.set_slope:
         if v not in ("logn", "grid") and not (_number(v) is not None and _number(v) >= 0):
-            raise UserError(f"--set_log takes logn, grid or a number >= 0, got {v!r}")
+            raise UserError(f"--set_slope takes logn, grid or a number >= 0, got {v!r}")
     if cfg.granularity not in ("head", "layer", "uniform"):
         raise UserError(f"--granularity must be head, layer or uniform, got {cfg.granularity!r}")
     if cfg.select not in ("loss", "tail"):
@@ -163,9 +171,37 @@ def on_layers(model, value, fill):
 # -----------------------------------------------------------------------------
 # UniformScale: grid search
 
+def uniform_scale(lams, loss, tail, width):
+    """Piece T3: UniformScale's choice from a loss table (the paper: one lambda for every head,
+    chosen by grid search on validation loss at the target length).
+
+        best lam          = argmin_lam  mean_i loss(lam, i)     over every position i = 1..n
+        best lam (tail)   = argmin_lam  the same mean over the last `tail` positions (the
+                            paper's metric)
+        best lam in bin b = argmin_lam  mean_{i in b} loss(lam, i)
+
+    lams (n_lam,): the grid, ascending. loss (n_lam, n): each lambda's mean loss at positions
+    i = 1..n, on the same windows. Bins are `width` consecutive positions from i = 1, a last
+    partial bin dropped (evaluate.binned); a bin's position is its centre. Ties go to the
+    smaller lambda (the first on the grid). Returns {best_lam, best_loss, best_lam_tail,
+    best_tail_loss, positions (nb,), best_lam_per_position (nb,)}."""
+    lams, loss = np.asarray(lams), np.asarray(loss)
+    mean, tail_loss = loss.mean(1), loss[:, -tail:].mean(1)  # (n_lam,), (n_lam,)
+    centers, per_bin = binned(loss, width)                   # (nb,), (n_lam, nb)
+    return {"best_lam": float(lams[mean.argmin()]), "best_loss": float(mean.min()),
+            "best_lam_tail": float(lams[tail_loss.argmin()]), "best_tail_loss": float(tail_loss.min()),
+            "positions": centers, "best_lam_per_position": lams[per_bin.argmin(0)]}
+
+
 def fit_log_law(positions, lam, L):
-    """Least squares for the paper's lam(i) = 1 + a * ln(i / L) over positions i >= L
-    (no free intercept: lam(L) = 1). Returns a and R^2."""
+    """Piece T4: the law of the best lambda per position past L, fitted by least squares.
+
+        lam(i) = 1 + a ln(i / L)      over the positions i >= L only
+
+    No free intercept: lam(L) = 1, the model as trained (so a minimises
+    sum (lam_i - 1 - a x_i)^2 with x_i = ln(i / L): a = sum x y / sum x^2, y = lam - 1).
+    R^2 = 1 - SS_res / SS_tot, SS_tot about the mean of y over the same positions.
+    Returns (a, R^2); (nan, nan) with fewer than two positions >= L, or all of them at L."""
     x = np.log(np.asarray(positions, dtype=np.float64) / L)
     y = np.asarray(lam, dtype=np.float64) - 1.0
     keep = x >= 0
@@ -179,6 +215,8 @@ def fit_log_law(positions, lam, L):
 
 
 def grid_search(model, windows_at, cfg, L, ctx):
+    """UniformScale at every grid length: each lambda of the grid measured on the same windows
+    (uniform_scale picks), the log law fitted to the best lambda per position (fit_log_law)."""
     lams = np.round(np.arange(cfg.lam_min, cfg.lam_max + cfg.lam_step / 2, cfg.lam_step), 6)
     tail = cfg.tail or default_tail(L)
     width = cfg.position_bins or max(1, L // 8)
@@ -190,32 +228,31 @@ def grid_search(model, windows_at, cfg, L, ctx):
             model.set_head_scales(on_layers(model, lam, 1.0))
             per_pos.append(measure(model, windows, cfg.batch_size, ctx)["loss"])
         per_pos = np.stack(per_pos)  # (n_lam, n): loss per lambda and position
-        loss, tail_loss = per_pos.mean(1), per_pos[:, -tail:].mean(1)
-        rows += [[n, lam, round(a, 5), round(b, 5)] for lam, a, b in zip(lams, loss, tail_loss)]
-        # best lambda per position bin; positions count from 1 at the window's first token (the start
-        # token, for a model trained with it), and position i's loss is its prediction of token i+1
-        centers, per_bin = binned(per_pos, width)                   # (nb,), (n_lam, nb)
-        best_pos = lams[per_bin.argmin(0)]
-        a, r2 = fit_log_law(centers, best_pos, L)
+        rows += [[n, lam, round(a, 5), round(b, 5)]
+                 for lam, a, b in zip(lams, per_pos.mean(1), per_pos[:, -tail:].mean(1))]
+        # positions count from 1 at the window's first token (the start token, for a model trained
+        # with it), and position i's loss is its prediction of token i + 1
+        best = uniform_scale(lams, per_pos, tail, width)
+        a, r2 = fit_log_law(best["positions"], best["best_lam_per_position"], L)
         if 1.0 in lams:  # the plain model's loss: on the grid, or measured once more
             at1 = per_pos[int(np.flatnonzero(lams == 1.0)[0])]
         else:
             model.set_head_scales(1.0)
             at1 = measure(model, windows, cfg.batch_size, ctx)["loss"]
-        summary[length_name(n / L)] = {
+        name = length_name(n / L)
+        s = summary[name] = {
             "length": n, "windows": len(windows), "tokens": len(windows) * n, "tail_tokens": len(windows) * tail,
-            "best_lam": float(lams[loss.argmin()]), "best_loss": float(loss.min()),
-            "best_lam_tail": float(lams[tail_loss.argmin()]), "best_tail_loss": float(tail_loss.min()),
+            **{k: best[k] for k in ("best_lam", "best_loss", "best_lam_tail", "best_tail_loss")},
             "loss_at_1": float(at1.mean()), "tail_loss_at_1": float(at1[-tail:].mean()),
-            "positions": centers.tolist(), "best_lam_per_position": best_pos.tolist(), "fit_a": a, "fit_r2": r2}
-        s = summary[length_name(n / L)]
-        if max(best_pos.max(), s["best_lam"], s["best_lam_tail"]) >= lams[-1]:
-            print(f"note: at {length_name(n / L)} a best lam is the grid's end {lams[-1]:g}; the optimum may lie "
+            "positions": best["positions"].tolist(),
+            "best_lam_per_position": best["best_lam_per_position"].tolist(), "fit_a": a, "fit_r2": r2}
+        if max(max(s["best_lam_per_position"]), s["best_lam"], s["best_lam_tail"]) >= lams[-1]:
+            print(f"note: at {name} a best lam is the grid's end {lams[-1]:g}; the optimum may lie "
                   "beyond it: raise --lam_max", flush=True)
-        print(f"{length_name(n / L):>4} (n={n}): best lam {s['best_lam']:.2f} loss {s['best_loss']:.4f} "
-              f"(lam=1: {s['loss_at_1']:.4f}) | tail: best lam {s['best_lam_tail']:.2f} {s['best_tail_loss']:.4f} "
-              f"(lam=1: {s['tail_loss_at_1']:.4f}) | lam(i) fit a={a:.3f} R2={r2:.3f} | {time.time() - t0:.0f}s",
-              flush=True)
+        print(f"{name:>4} (n={n}): best lam {s['best_lam']:.2f} loss {s['best_loss']:.4f} "
+              f"(lam=1: {s['loss_at_1']:.4f}) | tail: best lam {s['best_lam_tail']:.2f} "
+              f"{s['best_tail_loss']:.4f} (lam=1: {s['tail_loss_at_1']:.4f}) | lam(i) fit a={a:.3f} "
+              f"R2={r2:.3f} | {time.time() - t0:.0f}s", flush=True)
     return rows, summary, tail
 
 
@@ -252,66 +289,117 @@ def rope_factor_grid(model, windows_at, cfg, L, ctx):
 
 
 # -----------------------------------------------------------------------------
-# HeadScale: gradient fit of the scales alone (or of their slopes a, --fit=log)
+# HeadScale: gradient fit of the scales alone (or of their slopes a, --fit=slope)
 
-def fit_scales(model, ds, cfg, n, init, ctx, device, scaler):
-    """HeadScale: minimise the LM loss at length n over lam alone, one per (layer, head) (or per
-    layer, or one), every weight of the model frozen; after every step the focus constraint
-    lam >= min_scale. With --fit=log the same loop fits the slopes a of
-    lam_h(i) = 1 + a_h ln(max(i, L) / L) instead, head_scale kept at 1, a >= 0 after every step.
-    scaler: tools.cli.grad_scaler (float16: the loss scaled up before backward, the gradient
-    scaled back before the step). Returns (the fitted (n_layer, n_head) table, log rows)."""
-    slopes = cfg.fit == "log"
-    n_layer, n_head = len(scaled_layers(model)), model.config.n_head  # a hybrid: its NoPE layers alone
-    shape = {"head": (n_layer, n_head), "layer": (n_layer, 1), "uniform": (1, 1)}[cfg.granularity]
-    lam = torch.full(shape, float(init), dtype=torch.float32, device=device, requires_grad=True)  # fp32 always
-    lowest = 0.0 if slopes else cfg.min_scale or 1e-3  # min_scale 0: no clamp, but lam stays > 0
+def fit_head_scales(model, batches, init, steps=200, lr=0.05, betas=(0.9, 0.95), warmup=20,
+                    final_lr=0.005, min_scale=1.0, put=None, ctx=contextlib.nullcontext(),
+                    scaler=None, on_step=None):
+    """Piece T5: HeadScale, the paper's fit of one lambda per (layer, head) on the LM loss at
+    the target length, every other weight frozen.
 
-    def table():  # lam as the model's (n_layer, n_head) table; a hybrid's RoPE layers keep lam = 1, a = 0
-        return on_layers(model, lam.expand(n_layer, n_head), 0.0 if slopes else 1.0)
+        minimise over lam:  mean cross-entropy of model(x; lam) on y,   (x, y) from `batches`
 
-    model.requires_grad_(False)  # frozen: autograd computes no weight gradients, only activations' on the way to lam
+    AdamW on lam alone (no weight decay); the learning rate rises linearly for `warmup` steps,
+    then falls on a cosine from lr to final_lr at the last step (train.cosine_lr); after every
+    step lam = max(lam, min_scale), the paper's focus constraint (min_scale = 1). The paper
+    starts at the best uniform lambda: pass it as init.
+    init: the starting lam, (n_layer, n_head) (one per head), (n_layer, 1) (per layer) or (1, 1).
+    batches: an iterator of (x, y) token rows (the sampler is the caller's). put(model, lam):
+    how lam enters the model (default: set_head_scales, lam expanded to every head).
+    ctx, scaler: the caller's precision (autocast; float16's gradient scaler); float32 without.
+    on_step(row): called after every step with its log row (progress, checks).
+    The model is left as it was found: scales, slopes, requires_grad flags and train/eval mode.
+    Returns (lam fitted, detached, init's shape; the log: one dict a step with step, loss,
+    lam_mean, lam_min and lam_max after the clamp, and lr)."""
+    n_layer, n_head = model.config.n_layer, model.config.n_head
+    put = put or (lambda m, t: m.set_head_scales(t.expand(n_layer, n_head)))
+    saved = model.get_head_scales(), model.get_head_slopes(), model.training
+    grads = [p.requires_grad for p in model.parameters()]
+    lam = init.detach().clone().float().requires_grad_(True)  # fp32 whatever the model's dtype
+    opt = torch.optim.AdamW([lam], lr=lr, betas=betas, weight_decay=0.0)
+    model.requires_grad_(False)  # frozen: no weight gets a gradient, only lam on the way back
     model.eval()                 # no dropout: the fit sees the model as it is evaluated
-    opt = torch.optim.AdamW([lam], lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=0.0)
-    warmup = max(1, int(cfg.warmup_frac * cfg.steps))
-    g = torch.Generator()
-    progress = Progress(cfg.steps, cfg.fit_batch_size * n)
     log = []
-    for step in range(cfg.steps):
-        lr = cosine_lr(step, warmup, cfg.steps, cfg.lr, cfg.final_lr_frac * cfg.lr)  # train.py's schedule
-        opt.param_groups[0]["lr"] = lr
+    try:
+        for step, (x, y) in zip(range(steps), batches):
+            rate = cosine_lr(step, warmup, steps, lr, final_lr)
+            opt.param_groups[0]["lr"] = rate
+            put(model, lam)  # lam_h q.k / sqrt(d): a view of lam in every layer, so grads reach it
+            with ctx:
+                _, loss = model(x, y)
+            opt.zero_grad(set_to_none=True)
+            if scaler is None:
+                loss.backward()
+                opt.step()
+            else:  # float16: the loss scaled up before backward, the gradient back before the step
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            with torch.no_grad():
+                lam.clamp_(min=min_scale)  # the focus constraint, after every step
+            log.append({"step": step + 1, "loss": round(loss.item(), 5), "lam_mean": round(lam.mean().item(), 4),
+                        "lam_min": round(lam.min().item(), 4), "lam_max": round(lam.max().item(), 4), "lr": rate})
+            if on_step is not None:
+                on_step(log[-1])
+    finally:  # the model as it was
+        model.set_head_scales(saved[0])
+        model.set_head_slopes(saved[1])
+        model.train(saved[2])
+        for p, g in zip(model.parameters(), grads):
+            p.requires_grad_(g)
+    return lam.detach(), log
+
+
+def fit_batches(ds, cfg, n, device):
+    """HeadScale's rows: fit_batch_size rows of n tokens from the training split, seeded by step."""
+    g = torch.Generator()
+    for step in itertools.count():
         g.manual_seed(cfg.seed * 7_919 + step)
-        x, y = ds.get_batch("train", cfg.fit_batch_size, n, g, device)
-        if slopes:
-            model.set_head_slopes(table())
-        else:
-            model.set_head_scales(table())  # logits lam_h q.k / sqrt(d): lam folded into q (model.py)
-        with ctx:
-            _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-        with torch.no_grad():
-            lam.clamp_(min=lowest)
-        if not math.isfinite(loss.item()):
-            raise UserError(f"the fit diverged (loss {loss.item()}) at step {step}; lower --lr")
-        log.append([step + 1, round(loss.item(), 5), round(lam.mean().item(), 4), round(lam.min().item(), 4),
-                    round(lam.max().item(), 4), lr])
-        if (step + 1) % cfg.log_interval == 0 or step + 1 == cfg.steps:
-            sym = "a" if slopes else "lam"
-            print(progress.line(step + 1, loss=loss.item(), **{f"{sym}_mean": f"{lam.mean().item():.3f}",
-                                f"{sym}_min": f"{lam.min().item():.3f}", f"{sym}_max": f"{lam.max().item():.3f}"}),
-                  flush=True)
-    return table().detach().clone(), log
+        yield ds.get_batch("train", cfg.fit_batch_size, n, g, device)
+
+
+def fit_at(model, ds, cfg, n, init, ctx, device, dtype):
+    """fit_head_scales at length n, as this script runs it: per head, per layer or one lambda
+    (--granularity), a hybrid's NoPE layers alone, the slopes instead with --fit=slope, float16's
+    scaler, a progress line and the divergence check. Returns (the model's (n_layer, n_head)
+    table, the log)."""
+    slopes = cfg.fit == "slope"
+    layers, n_head = len(scaled_layers(model)), model.config.n_head
+    shape = {"head": (layers, n_head), "layer": (layers, 1), "uniform": (1, 1)}[cfg.granularity]
+    fill = 0.0 if slopes else 1.0  # what a hybrid's RoPE layers keep: a = 0, lambda = 1
+
+    def put(m, lam):
+        table = on_layers(m, lam.expand(layers, n_head), fill)
+        m.set_head_slopes(table) if slopes else m.set_head_scales(table)
+
+    # the clamp after every step: lam >= min_scale (the paper: 1). --min_scale=0 is the paper's
+    # no-clamp ablation, which still keeps lam >= 1e-3 (a logit's sign never flips); slopes a >= 0
+    floor = 0.0 if slopes else cfg.min_scale if cfg.min_scale > 0 else 1e-3
+    progress, sym = Progress(cfg.steps, cfg.fit_batch_size * n), "a" if slopes else "lam"
+
+    def on_step(row):
+        if not math.isfinite(row["loss"]):
+            raise UserError(f"the fit diverged (loss {row['loss']}) at step {row['step'] - 1}; lower --lr")
+        if row["step"] % cfg.log_interval == 0 or row["step"] == cfg.steps:
+            stats = {f"{sym}_{k}": f"{row[f'lam_{k}']:.3f}" for k in ("mean", "min", "max")}
+            print(progress.line(row["step"], loss=row["loss"], **stats), flush=True)
+
+    lam, log = fit_head_scales(
+        model, fit_batches(ds, cfg, n, device), torch.full(shape, float(init), device=device),
+        steps=cfg.steps, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), warmup=max(1, int(cfg.warmup_frac * cfg.steps)),
+        final_lr=cfg.final_lr_frac * cfg.lr, min_scale=floor, put=put, ctx=ctx, scaler=grad_scaler(dtype),
+        on_step=on_step)
+    if slopes:  # the log in the slopes' own names
+        log = [{k.replace("lam_", "a_"): v for k, v in row.items()} for row in log]
+    return on_layers(model, lam.expand(layers, n_head), fill).clone(), log
 
 
 def start_value(cfg, uniform_path, n, L):
     """Where the fit at length n starts: --init, or the grid's best uniform lambda there (with
-    --fit=log: the grid's lambda(i) fit a there), read from uniform.json."""
+    --fit=slope: the grid's lambda(i) fit a there), read from uniform.json."""
     if cfg.init > 0:
         return cfg.init
-    name, slopes = length_name(n / L), cfg.fit == "log"
+    name, slopes = length_name(n / L), cfg.fit == "slope"
     found = read_json(uniform_path)["lengths"].get(name) if os.path.exists(uniform_path) else None
     what = "lambda(i) fit" if slopes else "best uniform lambda"
     if found is None:
@@ -323,49 +411,33 @@ def start_value(cfg, uniform_path, n, L):
     return max(init, 0.0)  # a >= 0 from the start (lam >= lam_min > 0 already)
 
 
-def set_log(model, value, L, uniform_path, out, extras):
-    """Write log_VALUE.pt/.json: every slope a = VALUE, head_scale 1, nothing fitted."""
+def set_slope(model, value, L, uniform_path, out, extras):
+    """Write slope_VALUE.pt/.json: every slope a = VALUE, head_scale 1, nothing fitted."""
     if value == "logn":  # Qwen's logn attention, q * log_L(i) for i > L, is 1 + (1 / ln L) ln(i / L)
         a, source = 1 / math.log(L), f"logn: 1 / ln L, L = {L}"
     elif value == "grid":
         if not os.path.exists(uniform_path):
-            raise UserError(f"--set_log=grid reads the lambda(i) fit from {uniform_path}: run the grid first")
+            raise UserError(f"--set_slope=grid reads the lambda(i) fit from {uniform_path}: run the grid first")
         fit = read_json(uniform_path)["fit"]
         if not (math.isfinite(fit["a"]) and fit["a"] >= 0):
-            raise UserError(f"the grid's lambda(i) fit in {uniform_path} has a = {fit['a']}: give --set_log=NUMBER")
+            raise UserError(f"the grid's lambda(i) fit in {uniform_path} has a = {fit['a']}: "
+                            "give --set_slope=NUMBER")
         a, source = fit["a"], f"grid: lambda(i) fit at {fit['length']} (R2 {fit['r2']:.3f})"
     else:
         a, source = float(value), "given"
     model.set_head_slopes(on_layers(model, a, 0.0))
-    stem = os.path.join(out, f"log_{value if value in ('logn', 'grid') else f'{a:g}'}")
-    info = {"method": "set_log", "value": value, "a": a, "source": source}
+    stem = os.path.join(out, f"slope_{value if value in ('logn', 'grid') else f'{a:g}'}")
+    info = {"method": "set_slope", "value": value, "a": a, "source": source}
     save_checkpoint(stem + ".pt", model, **extras, scales=info)
     write_json(stem + ".json", info)
     model.set_head_slopes(0.0)
     print(f"wrote {stem}.pt/.json: every slope a = {a:.4f} ({source})")
 
 
-def main():
-    cfg = parse_config(SearchConfig, section="search_scales", description=__doc__)
-    check(cfg)
-    device = pick_device(cfg.device)
-    dtype = pick_dtype(cfg.dtype, device)
-    ctx = autocast(device, dtype)
-    model, ckpt = load_checkpoint(cfg.ckpt, device)
-    L = model.config.block_size
-    ds = Dataset.for_model(model.config, ckpt, cfg.dataset)
-    dataset = ds.name
-    out = cfg.out_dir or os.path.join(os.path.dirname(os.path.abspath(cfg.ckpt)), "scales")
-    os.makedirs(out, exist_ok=True)
-    base = {"train_len": L, "dataset": dataset, "ckpt": os.path.abspath(cfg.ckpt)}
-    extras = {k: ckpt[k] for k in ("config", "dataset", "iter_num") if k in ckpt}
-    model.set_head_scales(1.0)  # every search starts from the plain model (lambda = 1, no slope)
-    model.set_head_slopes(0.0)
-    print(f"{model.config.pos_encoding} model, L={L}, {model.config.n_layer} layers x {model.config.n_head} heads, "
-          f"{'with' if ds.bos else 'without'} the start token, dataset {dataset}, device {device} {dtype}")
-
-    # every input checked before any work: a fit started at the grid's lambda needs the grid there
-    uniform_path = os.path.join(out, "uniform.json")
+def check_against(cfg, model, uniform_path, L):
+    """Every input that needs the checkpoint, checked before any work: a fit started at the
+    grid's lambda needs the grid there, and a grid length the validation split cannot hold is
+    said now (its windows are drawn in main, before any measurement)."""
     if cfg.rope_grid and model.config.pos_encoding != "rope":
         raise UserError(f"--rope_grid needs a RoPE checkpoint; {cfg.ckpt} is {model.config.pos_encoding}")
     if not scaled_layers(model):
@@ -377,12 +449,33 @@ def main():
     if cfg.init == 0 and missing:
         raise UserError(f"the fit at {', '.join(missing)} starts from the grid there, which neither this run nor "
                         f"{uniform_path} has: add it to --lengths, or give --init=VALUE")
-    if "grid" in cfg.set_log and not gridded:
-        raise UserError("--set_log=grid reads the grid's lambda(i) fit: run the grid (--grid=true) or give a number")
+    if "grid" in cfg.set_slope and not gridded:
+        raise UserError("--set_slope=grid reads the grid's lambda(i) fit: run the grid (--grid=true) or give "
+                        "a number")
     if not cfg.grid:  # the fits start from a grid run before: its values checked now
         for n in length_list(cfg.fit_lengths, L):
             start_value(cfg, uniform_path, n, L)
-    # the grids' windows, drawn now: a length the validation split cannot hold is said before any work
+
+
+def main():
+    cfg = parse_config(SearchConfig, section="search_scales", description=__doc__)
+    check(cfg)
+    device = pick_device(cfg.device)
+    dtype = pick_dtype(cfg.dtype, device)
+    ctx = autocast(device, dtype)
+    model, ckpt = load_checkpoint(cfg.ckpt, device)
+    L = model.config.block_size
+    ds = Dataset.for_model(model.config, ckpt, cfg.dataset)
+    out = cfg.out_dir or os.path.join(os.path.dirname(os.path.abspath(cfg.ckpt)), "scales")
+    os.makedirs(out, exist_ok=True)
+    base = {"train_len": L, "dataset": ds.name, "ckpt": os.path.abspath(cfg.ckpt)}
+    extras = {k: ckpt[k] for k in ("config", "dataset", "iter_num") if k in ckpt}
+    model.set_head_scales(1.0)  # every search starts from the plain model (lambda = 1, no slope)
+    model.set_head_slopes(0.0)
+    print(f"{model.config.pos_encoding} model, L={L}, {model.config.n_layer} layers x {model.config.n_head} heads, "
+          f"{'with' if ds.bos else 'without'} the start token, dataset {ds.name}, device {device} {dtype}")
+    uniform_path = os.path.join(out, "uniform.json")
+    check_against(cfg, model, uniform_path, L)
     windows_at = {n: ds.windows(n, cfg.windows, seed=cfg.seed, subset="search")
                   for n in length_list(cfg.lengths, L)} if cfg.grid or cfg.rope_grid else {}
 
@@ -411,12 +504,12 @@ def main():
         print(f"wrote {out}/rope_grid.csv, rope_factors.json")
 
     # --- 1b. slopes set without a fit: Qwen's logn, the grid's a -----------------------------
-    for value in cfg.set_log:
-        set_log(model, value, L, uniform_path, out, extras)
+    for value in cfg.set_slope:
+        set_slope(model, value, L, uniform_path, out, extras)
 
-    # --- 2. HeadScale (or per-layer) gradient fit, or of the slopes with --fit=log --------
-    slopes = cfg.fit == "log"
-    fitted, sym = ("head_scale_log", "a") if slopes else ("head_scale", "lam")
+    # --- 2. HeadScale (or per-layer) gradient fit, or of the slopes with --fit=slope --------
+    slopes = cfg.fit == "slope"
+    fitted, sym = ("head_slope", "a") if slopes else ("head_scale", "lam")
     for n in length_list(cfg.fit_lengths, L):
         name = length_name(n / L)
         init = start_value(cfg, uniform_path, n, L)
@@ -425,30 +518,27 @@ def main():
         print(f"fitting {cfg.granularity} {'slopes' if slopes else 'scales'} at {name} (n={n}) from "
               f"{sym}={init:.3f}, {clamp}")
         t0 = time.time()
-        lam, log = fit_scales(model, ds, cfg, n, init, ctx, device, grad_scaler(dtype))
+        lam, log = fit_at(model, ds, cfg, n, init, ctx, device, dtype)
         seconds = time.time() - t0
         after = model.state_dict()
         changed = [k for k, v in before.items() if not torch.equal(v, after[k])]
         if changed:  # the method's promise: only head_scale (or only its slopes) moves
             raise RuntimeError(f"weights other than {fitted} changed during the fit: {changed[:3]}")
+        stem = os.path.join(out, f"{cfg.granularity}{'slope' if slopes else ''}_{name}{cfg.tag}")
         if slopes:
             model.set_head_slopes(lam)
-            stem = os.path.join(out, f"{cfg.granularity}log_{name}{cfg.tag}")
-            info = {"method": f"{cfg.granularity}log", "length": n, "init": init, "min_slope": 0.0,
+            info = {"method": f"{cfg.granularity}slope", "length": n, "init": init, "min_slope": 0.0,
                     "head_scale": 1.0, "steps": cfg.steps, "lr": cfg.lr, "a": lam.tolist()}
         else:
             model.set_head_scales(lam)
-            stem = os.path.join(out, f"{cfg.granularity}_{name}{cfg.tag}")
             info = {"method": cfg.granularity, "length": n, "init": init, "min_scale": cfg.min_scale,
                     "steps": cfg.steps, "lr": cfg.lr, "lam": lam.tolist()}
         save_checkpoint(stem + ".pt", model, **extras, scales=info)
         write_csv(stem + ".csv", [[l, h, round(v, 5)] for l, row in enumerate(lam.tolist()) for h, v in enumerate(row)],
                   ["layer", "head", "slope" if slopes else "scale"])
-        keys = ["step", "loss", f"{sym}_mean", f"{sym}_min", f"{sym}_max", "lr"]
-        write_json(stem + ".json", base | info | {"seconds": round(seconds, 1), "final_loss": log[-1][1],
-                                                  "log": [dict(zip(keys, r)) for r in log]})
+        write_json(stem + ".json", base | info | {"seconds": round(seconds, 1), "final_loss": log[-1]["loss"],
+                                                  "log": log})
         print(f"wrote {stem}.pt/.csv/.json ({seconds:.0f}s; only {fitted} changed)")
-        model.requires_grad_(True)
         model.set_head_scales(1.0)
         model.set_head_slopes(0.0)
 

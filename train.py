@@ -105,14 +105,195 @@ def get_lr(it, cfg):
     return cosine_lr(it, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters, cfg.learning_rate, cfg.min_lr)
 
 
+def main():
+    cfg = parse_config(TrainConfig, section="train", description=__doc__)
+    check(cfg)
+    ddp, rank, world, device = start_processes(cfg)
+    master = rank == 0
+    dtype = pick_dtype(cfg.dtype, device)
+    ctx = autocast(device, dtype)
+    scaler = grad_scaler(dtype)  # float16 only; otherwise its calls do nothing
+    torch.manual_seed(cfg.seed)
+    if device.startswith("cuda"):  # TF32 matmuls where float32 is asked for (Ampere and later)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
+    log_path = os.path.join(cfg.out_dir, "train_log.csv")
+
+    # --- model, data, optimizer: fresh, resumed (--resume) or from another checkpoint (--init_from)
+    model, ds, ckpt = make_model(cfg, ckpt_path, world)
+    model.to(device)
+    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
+                                           device.split(":")[0])
+    iter_num, best_val, log_rows = resume_state(ckpt, optimizer, scaler)  # 0, inf, [] when fresh
+    ckpt = None  # free memory
+    raw_model = model
+    if cfg.compile:
+        model = torch.compile(model)
+    if ddp:
+        model = DDP(model, device_ids=[int(device.split(":")[1])] if device.startswith("cuda") else None)
+    passkey, n_passkey = passkey_rows(cfg, ds)  # (None, 0) unless --passkey_frac > 0
+    tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * cfg.block_size
+    val_windows = ds.windows(cfg.block_size, cfg.val_windows, seed=VAL_SEED, subset="eval")
+    if master:
+        os.makedirs(cfg.out_dir, exist_ok=True)
+        describe(cfg, raw_model, ds, tokens_per_iter, n_passkey, device, dtype, world, iter_num)
+
+    def evaluate_and_save():
+        """Rank 0 measures, logs and saves; every process stops if the loss is not finite."""
+        nonlocal best_val
+        val = float(measure(raw_model, val_windows, VAL_BATCH, ctx)["loss"].mean()) if master else 0.0
+        raw_model.train()
+        if not finite_everywhere(val, ddp, device):
+            raise UserError(f"validation loss is not finite at step {iter_num}; nothing saved. Lower "
+                            "--learning_rate or raise --warmup_iters, then --resume from the last checkpoint")
+        if not master:
+            return val
+        log_rows.append([iter_num, round(train_loss, 5), round(val, 5), lr, round(grad_norm, 4),
+                         round(time.time() - t_start + elapsed_before, 1)])
+        improved, best_val = val < best_val, min(best_val, val)
+        record = run_record(cfg, ds, world, iter_num, best_val, log_rows)
+        if improved:
+            save_checkpoint(os.path.join(cfg.out_dir, "best.pt"), raw_model, **record)
+        save_checkpoint(ckpt_path, raw_model, **record, optimizer=optimizer.state_dict(),
+                        **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}))
+        write_csv(log_path, log_rows, LOG_HEADER)
+        return val
+
+    # --- the loop ---------------------------------------------------------------------
+    g = torch.Generator()
+    elapsed_before = log_rows[-1][-1] if log_rows else 0.0
+    train_loss, grad_norm, lr = float("nan"), float("nan"), get_lr(iter_num, cfg)
+    loss_sum, loss_count = torch.zeros((), device=device), 0  # summed on the device: no sync per step
+    progress = Progress(cfg.max_iters, tokens_per_iter, start_step=iter_num)
+    t_start = time.time()
+    model.train()
+    while iter_num < cfg.max_iters:
+        lr = get_lr(iter_num, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        for micro in range(cfg.gradient_accumulation_steps):
+            # batches depend only on (seed, rank, step, micro-step): a resumed run sees the same data
+            g.manual_seed(cfg.seed * 1_000_003 + rank * 7_919 + iter_num * 101 + micro)
+            x, y = ds.get_batch("train", cfg.batch_size, cfg.block_size, g, device)  # (B, T), (B, T)
+            if ddp:  # sync gradients only on the last micro-step
+                model.require_backward_grad_sync = micro == cfg.gradient_accumulation_steps - 1
+            with ctx:
+                if passkey is None:
+                    _, loss = model(x, y)
+                else:
+                    loss = passkey_loss(model, x, y, passkey, n_passkey, g)
+            scaler.scale(loss / cfg.gradient_accumulation_steps).backward()
+            loss_sum += loss.detach()
+            loss_count += 1
+        norm = optimizer_step(model, optimizer, scaler, cfg.grad_clip)  # a tensor on the device, or None
+        iter_num += 1
+
+        if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters or iter_num % cfg.eval_interval == 0:
+            train_loss = loss_sum.item() / loss_count  # mean since the last report; a NaN anywhere shows here
+            grad_norm = float(norm) if norm is not None else float("nan")
+            loss_sum.zero_()
+            loss_count = 0
+            if not finite_everywhere(train_loss, ddp, device):
+                raise UserError(f"training loss is {train_loss} by step {iter_num}; no checkpoint written. Lower "
+                                "--learning_rate or raise --warmup_iters, then --resume from the last checkpoint")
+            if master and iter_num % cfg.log_interval == 0:
+                print(progress.line(iter_num, loss=train_loss, lr=f"{lr:.2e}", gnorm=f"{grad_norm:.2f}"), flush=True)
+        if iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters:
+            val = evaluate_and_save()  # in every process: rank 0 measures and saves
+            if master:
+                print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), saved {ckpt_path}", flush=True)
+                warn_if_memorising(log_rows)
+
+    if cfg.max_iters == 0:  # --init_from converted, not trained: the starting weights, measured and saved
+        val = evaluate_and_save()
+        if master:
+            print(f"step 0: val loss {val:.4f}, saved {ckpt_path} (no training step)", flush=True)
+    if master:
+        write_summary(cfg, raw_model, ds, log_rows, iter_num, best_val, tokens_per_iter, val_windows,
+                      time.time() - t_start + elapsed_before, device, dtype, world)
+    if ddp:
+        del model  # the DDP wrapper freed before its process group (end_processes says why)
+        end_processes()
+
+
+# -----------------------------------------------------------------------------
+# The run's machinery: how it starts, what it prints and writes, how it ends
+
+def run_record(cfg, ds, world, iter_num, best_val, log_rows):
+    """What a checkpoint carries beside the weights: every setting (so --resume and the other
+    scripts need nothing else), the step, the data's name and hash, the processes, the log."""
+    return {"iter_num": iter_num, "best_val_loss": best_val, "config": config_dict(cfg), "processes": world,
+            "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")},
+            "log": [dict(zip(LOG_HEADER, r)) for r in log_rows]}
+
+
+def resume_state(ckpt, optimizer, scaler):
+    """(step, best validation loss, log rows) to go on from: a resumed checkpoint's, with its
+    optimizer (and float16 scaler) state loaded; (0, inf, []) for a fresh run."""
+    if ckpt is None:
+        return 0, float("inf"), []
+    optimizer.load_state_dict(ckpt["optimizer"])
+    if scaler.is_enabled() and "scaler" in ckpt:
+        scaler.load_state_dict(ckpt["scaler"])
+    return ckpt["iter_num"], ckpt["best_val_loss"], [list(r.values()) for r in ckpt.get("log", [])]
+
+
+def describe(cfg, model, ds, tokens_per_iter, n_passkey, device, dtype, world, iter_num):
+    """The run's first lines: what is trained, where, and how many passes over the text it makes."""
+    source = f" from {cfg.init_from}" if cfg.init_from else ""
+    print(f"{cfg.pos_encoding} GPT: {model.get_num_params() / 1e6:.2f}M parameters, trained at length "
+          f"{cfg.block_size}{source}, {'with' if cfg.bos else 'without'} the start token, "
+          f"{tokens_per_iter:,} tokens/step, device {device} {dtype}, "
+          f"{world} process(es)" + (f", resuming at step {iter_num}" if iter_num else ""))
+    text_share = 1 - n_passkey / cfg.batch_size  # passkey rows are made up, not read from the split
+    passes = cfg.max_iters * tokens_per_iter * text_share / len(ds.tokens["train"])
+    print(f"{cfg.max_iters} steps read {passes:.3g} passes over the {len(ds.tokens['train']):,} training tokens"
+          + ("; validation will say if it memorises" if passes > 5 else ""))
+
+
+def warn_if_memorising(log_rows):
+    """Say once, at the evaluation where it first shows, that the run memorises (memorising())."""
+    if len(log_rows) > 1 and memorising(log_rows[-2][1:3], log_rows[-1][1:3]) and not any(
+            memorising(a[1:3], b[1:3]) for a, b in zip(log_rows[:-2], log_rows[1:-1])):
+        print(f"warning: memorising the training text (train loss {log_rows[-2][1]:.2f} -> {log_rows[-1][1]:.2f}, "
+              f"val {log_rows[-2][2]:.2f} -> {log_rows[-1][2]:.2f}): use fewer --max_iters, a smaller vocabulary or "
+              "character level, more --dropout, or more text", flush=True)
+
+
+def write_summary(cfg, model, ds, log_rows, iter_num, best_val, tokens_per_iter, val_windows, wall, device,
+                  dtype, world):
+    """summary.json (when the last step was evaluated) and the closing line."""
+    if log_rows and log_rows[-1][0] == iter_num:
+        write_json(os.path.join(cfg.out_dir, "summary.json"), {
+            # train_len: the model's L, as in results.json; seq_len: the rows of this run (longer
+            # than L when fine-tuning at another length with --init_from)
+            "pos_encoding": cfg.pos_encoding, "dataset": cfg.dataset, "train_len": model.config.block_size,
+            "seq_len": cfg.block_size, "bos": cfg.bos, "init_from": cfg.init_from,
+            "params": model.get_num_params(), "steps": iter_num, "tokens": iter_num * tokens_per_iter,
+            "final_val_loss": log_rows[-1][2], "best_val_loss": best_val,
+            # bits per byte of the same windows: compares runs with different tokenizers
+            "final_val_bpb": round(ds.bits_per_byte(log_rows[-1][2], val_windows), 5), "wall_seconds": round(wall, 1),
+            "device": device, "dtype": dtype, "processes": world, "seed": cfg.seed})
+    print(f"done: {iter_num} steps, val loss {log_rows[-1][2] if log_rows else float('nan'):.4f}, "
+          f"wall {format_seconds(wall)}")
+
+
+def end_processes():
+    """DDP teardown. Every rank waits while rank 0 writes its last files; then the DDP wrapper (its
+    reducer holds the process group and gloo's worker threads) is freed before the group, not at
+    interpreter exit, where gloo aborted one process in ~1 of 30 runs on 2 busy cores."""
+    torch.distributed.barrier()
+    gc.collect()
+    destroy_process_group()
+
+
 def memorising(prev, now):
     """True when, between two evaluations (train_loss, val_loss), the run learned its training text
     and not the language: the training loss fell by more than 0.1 nats while the validation loss
     fell by less than a quarter of that, with validation already 0.2 nats above training. Why the
-    gap and not a pass count: the gpu preset makes 7 passes at 2000 steps and its validation loss
-    keeps falling, while a 466 KB text at the cpu preset (25 passes) held validation at 4.42-4.51
-    as training fell from 3.78 to 2.46. Slow joint progress late in a run (both fall a little) is
-    not flagged."""
+    gap and not a pass count: a run can make many passes over a large text and still generalise,
+    and few over a small one and memorise (measured cases: docs/laptop.md, "A second corpus").
+    Slow joint progress late in a run (both fall a little) is not flagged."""
     train_drop, val_drop = prev[0] - now[0], prev[1] - now[1]
     return train_drop > 0.1 and val_drop < train_drop / 4 and now[1] - now[0] > 0.2
 
@@ -285,166 +466,6 @@ def start_processes(cfg):
     if cuda:
         torch.cuda.set_device(device)
     return True, rank, world, device
-
-
-def main():
-    cfg = parse_config(TrainConfig, section="train", description=__doc__)
-    check(cfg)
-    ddp, rank, world, device = start_processes(cfg)
-    master = rank == 0
-    dtype = pick_dtype(cfg.dtype, device)
-    ctx = autocast(device, dtype)
-    scaler = grad_scaler(dtype)  # float16 only; otherwise its calls do nothing
-    torch.manual_seed(cfg.seed)
-    if device.startswith("cuda"):
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-
-    ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
-    log_path = os.path.join(cfg.out_dir, "train_log.csv")
-
-    # --- model: fresh, resumed, or initialised from another checkpoint ----------------
-    model, ds, ckpt = make_model(cfg, ckpt_path, world)
-    iter_num, best_val, log_rows = 0, float("inf"), []
-    if ckpt is not None:  # resumed: the step, the best loss and the log go on
-        iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
-        log_rows = [list(r.values()) for r in ckpt.get("log", [])]
-    model.to(device)
-    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
-                                           device.split(":")[0])
-    if ckpt is not None:
-        optimizer.load_state_dict(ckpt["optimizer"])
-        if scaler.is_enabled() and "scaler" in ckpt:
-            scaler.load_state_dict(ckpt["scaler"])
-        ckpt = None  # free memory
-    raw_model = model
-    if cfg.compile:
-        model = torch.compile(model)
-    if ddp:
-        model = DDP(model, device_ids=[int(device.split(":")[1])] if device.startswith("cuda") else None)
-
-    passkey, n_passkey = passkey_rows(cfg, ds)  # (None, 0) unless --passkey_frac > 0
-    tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * cfg.block_size
-    val_windows = ds.windows(cfg.block_size, cfg.val_windows, seed=VAL_SEED, subset="eval")
-    if master:
-        os.makedirs(cfg.out_dir, exist_ok=True)
-        source = f" from {cfg.init_from}" if cfg.init_from else ""
-        print(f"{cfg.pos_encoding} GPT: {raw_model.get_num_params() / 1e6:.2f}M parameters, trained at length "
-              f"{cfg.block_size}{source}, {'with' if cfg.bos else 'without'} the start token, "
-              f"{tokens_per_iter:,} tokens/step, device {device} {dtype}, "
-              f"{world} process(es)" + (f", resuming at step {iter_num}" if iter_num else ""))
-        text_share = 1 - n_passkey / cfg.batch_size  # passkey rows are made up, not read from the split
-        passes = cfg.max_iters * tokens_per_iter * text_share / len(ds.tokens["train"])
-        print(f"{cfg.max_iters} steps read {passes:.3g} passes over the {len(ds.tokens['train']):,} training tokens"
-              + ("; validation will say if it memorises" if passes > 5 else ""))
-
-    def save(path, with_optimizer):
-        extra = {"iter_num": iter_num, "best_val_loss": best_val, "config": config_dict(cfg), "processes": world,
-                 "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")},
-                 "log": [dict(zip(LOG_HEADER, r)) for r in log_rows]}
-        if with_optimizer:
-            extra["optimizer"] = optimizer.state_dict()
-            if scaler.is_enabled():
-                extra["scaler"] = scaler.state_dict()
-        save_checkpoint(path, raw_model, **extra)
-
-    def evaluate_and_save():
-        """Rank 0 measures, logs and saves; every process stops if the loss is not finite."""
-        nonlocal best_val
-        val = float(measure(raw_model, val_windows, VAL_BATCH, ctx)["loss"].mean()) if master else 0.0
-        raw_model.train()
-        if not finite_everywhere(val, ddp, device):
-            raise UserError(f"validation loss is not finite at step {iter_num}; nothing saved. Lower "
-                            "--learning_rate or raise --warmup_iters, then --resume from the last checkpoint")
-        if not master:
-            return val
-        log_rows.append([iter_num, round(train_loss, 5), round(val, 5), lr, round(grad_norm, 4),
-                         round(time.time() - t_start + elapsed_before, 1)])
-        if val < best_val:
-            best_val = val
-            save(os.path.join(cfg.out_dir, "best.pt"), with_optimizer=False)
-        save(ckpt_path, with_optimizer=True)
-        write_csv(log_path, log_rows, LOG_HEADER)
-        return val
-
-    # --- the loop ---------------------------------------------------------------------
-    g = torch.Generator()
-    elapsed_before = log_rows[-1][-1] if log_rows else 0.0
-    train_loss, grad_norm, lr = float("nan"), float("nan"), get_lr(iter_num, cfg)
-    norm = None  # the last step's gradient norm, a tensor on the device until a log line reads it
-    loss_sum, loss_count = torch.zeros((), device=device), 0  # summed on the device: no sync per step
-    progress = Progress(cfg.max_iters, tokens_per_iter, start_step=iter_num)
-    warned = False  # the memorising warning is said once
-    t_start = time.time()
-    model.train()
-    while iter_num < cfg.max_iters:
-        lr = get_lr(iter_num, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        for micro in range(cfg.gradient_accumulation_steps):
-            # batches depend only on (seed, rank, step, micro-step): a resumed run sees the same data
-            g.manual_seed(cfg.seed * 1_000_003 + rank * 7_919 + iter_num * 101 + micro)
-            x, y = ds.get_batch("train", cfg.batch_size, cfg.block_size, g, device)  # (B, T), (B, T)
-            if ddp:  # sync gradients only on the last micro-step
-                model.require_backward_grad_sync = micro == cfg.gradient_accumulation_steps - 1
-            with ctx:
-                if passkey is None:
-                    _, loss = model(x, y)
-                else:
-                    loss = passkey_loss(model, x, y, passkey, n_passkey, g)
-            scaler.scale(loss / cfg.gradient_accumulation_steps).backward()
-            loss_sum += loss.detach()
-            loss_count += 1
-        norm = optimizer_step(model, optimizer, scaler, cfg.grad_clip)
-        iter_num += 1
-
-        if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters or iter_num % cfg.eval_interval == 0:
-            train_loss = loss_sum.item() / loss_count  # mean since the last report; a NaN anywhere shows here
-            grad_norm = float(norm) if norm is not None else float("nan")
-            loss_sum.zero_()
-            loss_count = 0
-            if not finite_everywhere(train_loss, ddp, device):
-                raise UserError(f"training loss is {train_loss} by step {iter_num}; no checkpoint written. Lower "
-                                "--learning_rate or raise --warmup_iters, then --resume from the last checkpoint")
-            if master and iter_num % cfg.log_interval == 0:
-                print(progress.line(iter_num, loss=train_loss, lr=f"{lr:.2e}", gnorm=f"{grad_norm:.2f}"), flush=True)
-        if iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters:
-            val = evaluate_and_save()  # in every process: rank 0 measures and saves
-            if master:
-                print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), saved {ckpt_path}", flush=True)
-            if master and len(log_rows) > 1 and not warned and memorising(log_rows[-2][1:3], log_rows[-1][1:3]):
-                warned = True
-                print(f"warning: memorising the training text (train loss {log_rows[-2][1]:.2f} -> {train_loss:.2f}, "
-                      f"val {log_rows[-2][2]:.2f} -> {val:.2f}): use fewer --max_iters, a smaller vocabulary or "
-                      "character level, more --dropout, or more text", flush=True)
-
-    if cfg.max_iters == 0:  # --init_from converted, not trained: the starting weights, measured and saved
-        val = evaluate_and_save()
-        if master:
-            print(f"step 0: val loss {val:.4f}, saved {ckpt_path} (no training step)", flush=True)
-    if master:
-        wall = time.time() - t_start + elapsed_before
-        if log_rows and log_rows[-1][0] == iter_num:
-            write_json(os.path.join(cfg.out_dir, "summary.json"), {
-                # train_len: the model's L, as in results.json; seq_len: the rows of this run (longer
-                # than L when fine-tuning at another length with --init_from)
-                "pos_encoding": cfg.pos_encoding, "dataset": cfg.dataset, "train_len": raw_model.config.block_size,
-                "seq_len": cfg.block_size, "bos": cfg.bos, "init_from": cfg.init_from,
-                "params": raw_model.get_num_params(), "steps": iter_num, "tokens": iter_num * tokens_per_iter,
-                "final_val_loss": log_rows[-1][2], "best_val_loss": best_val,
-                # bits per byte of the same windows: compares runs with different tokenizers
-                "final_val_bpb": round(ds.bits_per_byte(log_rows[-1][2], val_windows), 5), "wall_seconds": round(wall, 1),
-                "device": device, "dtype": dtype, "processes": world, "seed": cfg.seed})
-        print(f"done: {iter_num} steps, val loss {log_rows[-1][2] if log_rows else float('nan'):.4f}, "
-              f"wall {format_seconds(wall)}")
-    if ddp:
-        # Every rank waits while rank 0 writes its last files; then the DDP wrapper (its reducer holds the
-        # process group and gloo's worker threads) is freed before the group, not at interpreter exit,
-        # where gloo aborted one process in ~1 of 30 runs on 2 busy cores ("terminate called ...").
-        torch.distributed.barrier()
-        del model
-        gc.collect()
-        destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
 """CPU preset: a 2-core laptop. Each script reads its own section; --key=value wins.
-Chosen by measurement (README, "Presets"; docs/sweep.md has the screen): the built-in corpus through
-a 2048-token BPE learned on it, where NoPE comes closest to RoPE at L for the time. The whole study
-took 7 m 57 s on 2 cores on 2026-12-05 (a training 2.5 minutes at 172 ms a step; the host's speed
-moves up to 2.5x between days); nope_notoken, the RoPE baselines and passkey are one flag each."""
+Chosen by measurement (docs/sweep.md has the screen): the built-in corpus through a 2048-token BPE
+learned on it, where NoPE comes closest to RoPE at L for the time. nope_notoken, the RoPE baselines
+and passkey are one flag each, left out to keep the study short (its times: docs/laptop.md)."""
 
 train = dict(
     dataset="pystdlib_bpe2048",  # ~3 characters a token: a window of L tokens holds 3x the text of char level
@@ -19,7 +18,7 @@ train = dict(
 
 reproduce = dict(
     lengths=[1, 2, 4, 8],    # evaluation lengths, units of L (cpu_long adds 16L)
-    passkey=False,           # passkey fine-tuning costs ~10 minutes: --passkey=true (or cpu_long) adds it
+    passkey=False,           # passkey fine-tuning, the longest stage: --passkey=true (or cpu_long) adds it
     notoken=False,           # NoPE without the start token, one more training: --notoken=true adds it
     rope_baselines=False,    # PI, NTK-aware, YaRN zero-shot and PI, YaRN fine-tuned: --rope_baselines=true
 )

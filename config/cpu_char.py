@@ -1,6 +1,6 @@
 """The character-level CPU preset: the default before the in-distribution issue (README, "Presets").
-Every character is a token: the failure past L is sharpest here, but NoPE trails RoPE at L by ~40%.
-About 4 minutes per model and 30 minutes for the whole study (passkey included) on 2 cores."""
+Every character is a token: the failure past L is sharpest here, but NoPE trails RoPE at L by far
+(docs/char/ has the study and its time)."""
 
 train = dict(
     dataset="pystdlib",     # the built-in corpus, one token per character
@@ -17,5 +17,5 @@ train = dict(
 
 reproduce = dict(
     lengths=[1, 2, 4, 8],    # evaluation lengths, units of L
-    passkey=True,            # the passkey stage (10 minutes of the 30)
+    passkey=True,            # the passkey stage
 )

@@ -1,14 +1,12 @@
 """GPU preset: one CUDA card, character level, 19 M parameters at L = 512. What `python reproduce.py`
-runs where CUDA is available. Measured on one NVIDIA H200 (2026-12-04, seed 1337, bf16, torch.compile;
-docs/gpu/): 2000 steps in 50 s (NoPE) and 60 s (RoPE), the whole study about 5.5 minutes of stages.
-There NoPE's excess over its own last-L reading is +1.30 nats at 4L and HeadScale takes back 84% of
-it. Other cards are not measured; bf16 where the card computes it natively, else float16."""
+runs where CUDA is available; sized on one NVIDIA H200 (what it measured there: docs/gpu/).
+bf16 where the card computes it natively, else float16 with a gradient scaler."""
 
 train = dict(
     n_layer=6, n_head=8, n_embd=512,
     block_size=512,          # training length L; 16L = 8192 still fits one card at evaluation
     batch_size=64,           # 32k tokens a step; halve it with gradient_accumulation_steps=2 if memory is short
-    max_iters=2000,          # as measured: 65.5 M tokens
+    max_iters=2000,          # 2000 x 32,768 = 65.5 M tokens
     learning_rate=1e-3,
     min_lr=1e-4,
     warmup_iters=200,
@@ -21,5 +19,5 @@ train = dict(
 
 reproduce = dict(
     lengths=[1, 2, 4, 8],    # evaluation lengths, units of L (16L = 8192 also runs: add it with --lengths)
-    passkey=False,           # not yet measured on a GPU
+    passkey=False,           # passkey fine-tuning: --passkey=true adds it
 )

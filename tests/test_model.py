@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from model import (GPT, CausalSelfAttention, CheckpointError, GPTConfig, apply_rope, load_checkpoint,
-                   rope_cos_sin, save_checkpoint, window_mask)
+from model import (GPT, CausalSelfAttention, CheckpointError, Explicit, GPTConfig, apply_rope, load_checkpoint,
+                   rope_cos_sin, save_checkpoint, window_mask, written_out_attention)
 
 V = 17
 
@@ -83,35 +83,7 @@ def test_head_scale_ones_equals_plain_attention(window):
     with torch.no_grad():
         ref = reference_attention(attn, x, window=window)
         assert torch.allclose(attn(x, window=window), ref, atol=1e-5)
-        assert torch.allclose(attn(x, window=window, explicit=True), ref, atol=1e-5)
-
-
-def test_uniform_head_scale_equals_sdpa_scale():
-    """head_scale = s for every head is SDPA with scale = s / sqrt(d)."""
-    model = make("nope")
-    attn = model.transformer.h[0].attn
-    x = torch.randn(2, 20, 32)
-    s, hs = 1.7, 8
-    model.set_head_scales(s)
-    with torch.no_grad():
-        q, k, v = attn.c_attn(x).split(32, dim=2)
-        q, k, v = (t.view(2, 20, 4, hs).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=s / math.sqrt(hs))
-        ref = attn.c_proj(y.transpose(1, 2).reshape(2, 20, 32))
-        assert torch.allclose(attn(x), ref, atol=1e-5)
-
-
-@pytest.mark.parametrize("pos", ["nope", "rope"])
-@pytest.mark.parametrize("window", [None, 6])
-def test_explicit_path_equals_sdpa_path(pos, window):
-    model = make(pos)
-    model.set_head_scales(torch.rand(2, 4) * 2 + 0.5)
-    idx = tokens(T=30)
-    with torch.no_grad():
-        a, la = model(idx, idx, window=window)
-        b, lb = model(idx, idx, window=window, explicit=True, chunk=7)  # chunking over queries too
-    assert torch.allclose(a, b, atol=1e-4)
-    assert torch.allclose(la, lb, atol=1e-5)
+        assert torch.allclose(attn(x, window=window, explicit=Explicit()), ref, atol=1e-5)
 
 
 def test_random_per_head_scales_match_reference():
@@ -150,28 +122,6 @@ def test_gradient_reaches_head_scale_and_not_frozen_weights():
     loss.backward()
     assert lam.grad is not None and lam.grad.abs().sum() > 0
     assert all(p.grad is None for p in model.parameters())
-
-
-def test_entropy_is_bits_and_uniform_attention_meets_the_bound():
-    """lambda = 0 makes every logit 0: uniform attention over i+1 keys, entropy log2(i+1)."""
-    model = make("nope")
-    model.set_head_scales(0.0)
-    idx = tokens(B=1, T=50)
-    ent = []
-    with torch.no_grad():
-        model(idx, idx, explicit=True, entropy=ent, chunk=16)
-    assert len(ent) == 2 and ent[0].shape == (1, 4, 50)
-    bound = torch.log2(torch.arange(1, 51, dtype=torch.float32))
-    for e in ent:
-        assert torch.allclose(e[0], bound.expand(4, -1), atol=1e-4)
-    # with real scales the entropy is below the bound, and chunking does not change it
-    model.set_head_scales(1.0)
-    e1, e2 = [], []
-    with torch.no_grad():
-        model(idx, idx, explicit=True, entropy=e1, chunk=7)
-        model(idx, idx, explicit=True, entropy=e2, chunk=1000)
-    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(e1, e2))
-    assert (e1[0] <= bound + 1e-4).all() and (e1[0][..., 10:] < bound[10:] - 0.01).any()
 
 
 def test_window_hides_tokens_further_back():
@@ -313,31 +263,6 @@ def test_ntk_enlarges_the_base():
     assert math.isclose(theta[-1].item(), (10000.0 ** (-(hs - 2) / hs)) / s, rel_tol=1e-5)
 
 
-def test_context_limit_by_recomputation_reads_only_the_last_tokens():
-    """measure(context=W, recompute): position i's loss equals a fresh pass over the sub-window
-    that ends at i, which holds between 7/8 W and W tokens."""
-    from evaluate import measure
-    model = make("nope")
-    torch.manual_seed(3)
-    windows = torch.randint(0, V, (3, 41))
-    W = 16
-    got = measure(model, windows, batch_size=2, context=W, entropy=True)
-    plain = measure(model, windows[:, :W + 1], batch_size=3, entropy=True)
-    assert torch.allclose(torch.tensor(got["loss"][:W]), torch.tensor(plain["loss"]), atol=1e-5)
-    # position 30 is scored by the sub-window of W tokens ending at the end of its stride-2 chunk
-    s = W // 8
-    end = W + ((30 - W) // s + 1) * s  # exclusive end of the chunk holding position 30
-    sub = windows[:, end - W:end + 1]
-    ref = measure(model, sub, batch_size=3, entropy=True)
-    j = W - (end - 30)
-    assert abs(got["loss"][30] - ref["loss"][j]) < 1e-5
-    assert abs(got["entropy"][1, 2, 30] - ref["entropy"][1, 2, j]) < 1e-4
-    # and a token far back cannot change the last position's loss any more
-    changed = windows.clone()
-    changed[:, 5] = (changed[:, 5] + 1) % V
-    assert abs(measure(model, changed, 3, context=W)["loss"][39] - got["loss"][39]) < 1e-6
-
-
 # -----------------------------------------------------------------------------
 # The start token, the head-scale shapes, measuring without float64
 
@@ -416,23 +341,6 @@ def test_measure_creates_no_float64_tensor():
     assert a["loss"].shape == (40,) and a["entropy"].shape == (2, 4, 40) and b["windows"] == 3
 
 
-def test_recomputed_sub_windows_begin_with_the_start_token():
-    """A bos model limited to W positions reads [start token, last W - 1 tokens] at every query."""
-    from evaluate import measure
-    model = make("nope", bos=True)
-    torch.manual_seed(4)
-    windows = torch.randint(0, V - 1, (2, 41))
-    windows[:, 0] = V - 1
-    W = 16
-    got = measure(model, windows, batch_size=2, context=W)["loss"]
-    s = W // 8
-    for pos in (20, 33, 39):  # 0-based positions past W
-        end = W + ((pos - W) // s + 1) * s                       # exclusive end of its sub-window
-        sub = torch.cat([windows[:, :1], windows[:, end - W + 1:end + 1]], 1)  # (2, W + 1)
-        ref = measure(model, sub, batch_size=2)["loss"]
-        assert abs(got[pos] - ref[W - (end - pos)]) < 1e-5
-
-
 @pytest.mark.parametrize("window", [1, 3])
 def test_generate_with_a_window_keeps_the_start_token(window, monkeypatch):
     model = make("nope", bos=True)
@@ -449,8 +357,7 @@ def test_generate_with_a_window_keeps_the_start_token(window, monkeypatch):
 # -----------------------------------------------------------------------------
 # Lambda that follows the position: lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L))
 
-def todays_attention(self, x, rope=None, window=None, explicit=False, entropy=None, chunk=256, log_pos=None,
-                     temp=None):
+def todays_attention(self, x, rope=None, temp=None, window=None, explicit=None):
     """CausalSelfAttention.forward as it was before the slopes: one lam per head, folded into q."""
     B, T, C = x.size()
     nh, hs = self.n_head, C // self.n_head
@@ -459,18 +366,12 @@ def todays_attention(self, x, rope=None, window=None, explicit=False, entropy=No
     if rope is not None:
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
     q = q * self.head_scale.view(1, nh, 1, 1).to(q.dtype)
-    if not explicit:
+    if explicit is None:
         mask = None if window is None else window_mask(T, window, x.device, self.sink)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=window is None)
     else:
-        y = self.explicit_attention(q, k, v, window, entropy, chunk, 0.0)
+        y = written_out_attention(q, k, v, window, self.sink, explicit.chunk)[0]
     return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-
-
-def by_hand(scales, slopes, T, L):
-    """(nh, T) lam_h(i) = s_h * (1 + a_h ln(max(i, L) / L)) for i = 1..T, with math.log."""
-    return torch.tensor([[s * (1 + a * math.log(max(i, L) / L)) for i in range(1, T + 1)]
-                         for s, a in zip(scales, slopes)])
 
 
 @pytest.mark.parametrize("pos", ["nope", "rope"])
@@ -501,20 +402,6 @@ def test_explicit_path_equals_sdpa_path_with_slopes(pos, window):
     assert torch.allclose(a, b, atol=1e-4) and torch.allclose(la, lb, atol=1e-5)
 
 
-def test_the_log_law_by_hand():
-    model = make("nope")
-    attn = model.transformer.h[1].attn
-    L, T = model.config.block_size, 40
-    s, a = [0.5, 1.0, 1.5, 2.0], [0.0, 0.3, 1.0, 0.7]
-    attn.head_scale, attn.head_scale_log = torch.tensor(s), torch.tensor(a)
-    x = torch.randn(2, T, 32)
-    lam = by_hand(s, a, T, L)  # (nh, T)
-    assert lam[:, :L].eq(torch.tensor(s).view(4, 1)).all() and lam[1, -1] > s[1]
-    with torch.no_grad():
-        assert torch.allclose(attn(x), reference_attention(attn, x, lam), atol=1e-5)
-        assert torch.allclose(attn(x, explicit=True), reference_attention(attn, x, lam), atol=1e-5)
-
-
 def test_positions_up_to_L_see_exactly_head_scale():
     lam = torch.rand(2, 4) + 0.5
     plain, sloped = make("nope", bos=True), make("nope", bos=True)  # the same weights
@@ -529,7 +416,8 @@ def test_positions_up_to_L_see_exactly_head_scale():
         x = torch.randn(2, 3 * L, 32)
         a0, b0 = plain.transformer.h[0].attn, sloped.transformer.h[0].attn
         for explicit in (False, True):
-            ya, yb = a0(x, explicit=explicit), b0(x, explicit=explicit)
+            path = Explicit() if explicit else None
+            ya, yb = a0(x, explicit=path), b0(x, explicit=path)
             assert torch.allclose(ya[:, :L], yb[:, :L], atol=1e-6, rtol=0)
             assert not torch.allclose(ya[:, L:], yb[:, L:], atol=1e-3)  # and past L they differ
     # a one-layer model: its first L logits of a longer sequence are unchanged
@@ -581,17 +469,22 @@ def test_checkpoints_keep_the_slopes_and_old_ones_load_with_zeros(tmp_path):
     idx = tokens(T=3 * model.config.block_size)
     with torch.no_grad():
         assert torch.equal(model(idx, idx)[0], loaded(idx, idx)[0])
-    # a checkpoint written before the slopes existed: no head_scale_log in its state dict
+    # a checkpoint written before the slopes existed: no head_slope in its state dict
     old = make("nope", bos=True)
     save_checkpoint(tmp_path / "old.pt", old)
     ckpt = torch.load(tmp_path / "old.pt", weights_only=True)
-    ckpt["model"] = {k: v for k, v in ckpt["model"].items() if not k.endswith("head_scale_log")}
+    ckpt["model"] = {k: v for k, v in ckpt["model"].items() if not k.endswith("head_slope")}
     assert len(ckpt["model"]) == len(old.state_dict()) - 2
     torch.save(ckpt, tmp_path / "old.pt")
     loaded = load_checkpoint(tmp_path / "old.pt")[0]
     assert torch.equal(loaded.get_head_slopes(), torch.zeros(2, 4))
     with torch.no_grad():
         assert torch.equal(old(idx, idx)[0], loaded(idx, idx)[0])
+    # one written while the slope's buffer was called head_scale_log: it loads under its new name
+    ckpt = torch.load(tmp_path / "new.pt", weights_only=True)
+    ckpt["model"] = {k.replace(".head_slope", ".head_scale_log"): v for k, v in ckpt["model"].items()}
+    torch.save(ckpt, tmp_path / "renamed.pt")
+    assert torch.equal(load_checkpoint(tmp_path / "renamed.pt")[0].get_head_slopes(), model.get_head_slopes())
 
 
 @pytest.mark.parametrize("pos", ["nope", "rope"])
@@ -608,15 +501,3 @@ def test_a_model_with_slopes_runs_at_16x_training_length(pos):
     assert not torch.isclose(la, plain)  # the slopes act past L
 
 
-def test_explicit_attention_keeps_its_scores_in_float32_under_bf16_autocast():
-    """Entropy is measured on the explicit path: under bf16 autocast its q.k scores must not be
-    rounded to bf16 (flash attention keeps them in fp32), so they equal the fp32 product of the
-    same bf16 q and k."""
-    torch.manual_seed(0)
-    attn = CausalSelfAttention(GPTConfig(n_layer=1, n_head=2, n_embd=32, block_size=16, vocab_size=10)).eval()
-    q, k, v = [(3 * torch.randn(1, 2, 40, 16)).to(torch.bfloat16) for _ in range(3)]  # (B, nh, T, hs)
-    low, exact = [], []
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        attn.explicit_attention(q, k, v, None, low, 16, 0.0)
-    attn.explicit_attention(q.float(), k.float(), v.float(), None, exact, 16, 0.0)
-    assert torch.allclose(low[0], exact[0], atol=1e-5)

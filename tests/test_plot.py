@@ -25,7 +25,7 @@ def write_eval(folder, names):
     """results.json, positions.json and entropy.json as evaluate.py writes them, for `names`."""
     folder.mkdir(parents=True, exist_ok=True)
     rise = {"nope": 0.6, "rope": 0.7, "nope_notoken": 0.2, "nope_uniform_4L": 0.4, "nope_headscale_4L": 0.3,
-            "rope_yarn_ft_4L": 0.1, "rope_ntk_zeroshot": 0.3, "nope_headscale_log_4L": 0.3}
+            "rope_yarn_ft_4L": 0.1, "rope_ntk_zeroshot": 0.3, "nope_headslope_4L": 0.3}
     methods, positions, entropy = {}, {}, {}
     n = LENGTHS[-1]
     for k, name in enumerate(names):
@@ -64,7 +64,7 @@ def write_search(folder):
                                 "best_lam_per_position": [1 + 0.3 * max(np.log(p / L), 0) for p in pos]}
     (folder / "uniform.json").write_text(json.dumps({"train_len": L, "lengths": lengths,
                                                      "fit": {"length": 8 * L, "a": 0.3, "r2": 0.98}}))
-    for stem, col in (("head_4L", "scale"), ("headlog_4L", "slope")):
+    for stem, col in (("head_4L", "scale"), ("headslope_4L", "slope")):
         with open(folder / f"{stem}.csv", "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["layer", "head", col])
@@ -72,7 +72,7 @@ def write_search(folder):
         (folder / f"{stem}.json").write_text(json.dumps({"length": 4 * L}))
 
 
-ALL = ["nope", "rope", "nope_notoken", "nope_uniform_4L", "nope_headscale_4L", "nope_headscale_log_4L",
+ALL = ["nope", "rope", "nope_notoken", "nope_uniform_4L", "nope_headscale_4L", "nope_headslope_4L",
        "rope_yarn_ft_4L", "rope_ntk_zeroshot", "nope_window_L", "rope_window_L", "nope_notoken_window_L"]
 
 
@@ -87,7 +87,7 @@ def test_a_study_draws_every_figure_from_its_files(tmp_path):
     proc = run_script("tools/plot.py", f"--study={study}")  # no checkpoint exists: files alone
     for fn in ("hero.png", "loss_nope_remedies.png", "loss_rope_extensions.png", "loss_length_following.png",
                "loss_start_token.png", "position_loss.png", "entropy.png", "lambda_grid.png", "scales_head_4L.png",
-               "scales_headlog_4L.png", "entropy_vs_scale_4L.png"):
+               "scales_headslope_4L.png", "entropy_vs_scale_4L.png"):
         assert is_png(study / "eval" / fn), fn
     assert "drew" in proc.stdout and "skipped" not in proc.stdout
 
@@ -104,7 +104,7 @@ def test_some_rows_draw_what_they_can_and_say_what_is_missing(tmp_path):
 def test_a_method_looks_the_same_in_every_figure():
     assert plot.style("nope_headscale_4L") == plot.style("nope_headscale_4L")
     colours = {plot.style(n)["color"] for n in ("nope", "rope", "nope_uniform_4L", "nope_headscale_4L",
-                                                   "rope_yarn_ft_4L", "nope_headscale_log_4L")}
+                                                   "rope_yarn_ft_4L", "nope_headslope_4L")}
     assert len(colours) == 6  # the hero's rows are told apart by colour alone
     assert plot.style("nope_window_L")["color"] == plot.style("nope")["color"]
     assert plot.style("nope_window_L")["ls"] == ":"

@@ -69,27 +69,27 @@ def test_search_scales_log_fit_moves_only_the_slopes(trained, tmp_path):
     run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={out}", "--lengths=2", "--fit_lengths=",
                "--windows=4", "--lam_step=0.5")
     uni = json.loads((out / "uniform.json").read_text())
-    common = [f"--ckpt={trained}", f"--out_dir={out}", "--grid=false", "--fit=log", "--fit_lengths=2", "--steps=8"]
-    proc = run_script("search_scales.py", *common, "--lr=0.5", "--set_log=logn,grid", "--log_interval=4")
+    common = [f"--ckpt={trained}", f"--out_dir={out}", "--grid=false", "--fit=slope", "--fit_lengths=2", "--steps=8"]
+    proc = run_script("search_scales.py", *common, "--lr=0.5", "--set_slope=logn,grid", "--log_interval=4")
     assert "a_mean" in proc.stdout
-    fitted, info = load_checkpoint(out / "headlog_2L.pt")
+    fitted, info = load_checkpoint(out / "headslope_2L.pt")
     assert info["scales"]["init"] == max(uni["lengths"]["2L"]["fit_a"], 0.0)  # from the grid's lambda(i) fit there
     assert (fitted.get_head_slopes() >= 0).all() and torch.equal(fitted.get_head_scales(), torch.ones(2, 2))
     plain, _ = load_checkpoint(trained)
-    for k, v in plain.state_dict().items():  # only head_scale_log differs from the trained model
-        if not k.endswith("head_scale_log"):
+    for k, v in plain.state_dict().items():  # only head_slope differs from the trained model
+        if not k.endswith("head_slope"):
             assert torch.equal(v, fitted.state_dict()[k])
-    with open(out / "headlog_2L.csv") as f:
+    with open(out / "headslope_2L.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 4 and all(float(r["slope"]) >= 0 for r in rows)
-    assert json.loads((out / "headlog_2L.json").read_text())["a"] == fitted.get_head_slopes().tolist()
-    logn = load_checkpoint(out / "log_logn.pt")[0]
+    assert json.loads((out / "headslope_2L.json").read_text())["a"] == fitted.get_head_slopes().tolist()
+    logn = load_checkpoint(out / "slope_logn.pt")[0]
     assert torch.allclose(logn.get_head_slopes(), torch.full((2, 2), 1 / math.log(32)))  # Qwen's a = 1/ln L
-    grid = load_checkpoint(out / "log_grid.pt")[0]  # one a for every head: the grid's lambda(i) fit
+    grid = load_checkpoint(out / "slope_grid.pt")[0]  # one a for every head: the grid's lambda(i) fit
     assert torch.allclose(grid.get_head_slopes(), torch.full((2, 2), uni["fit"]["a"]))
     # from a given start it moves (Adam's first step is about lr), and stays >= 0; per layer: one a per layer
     run_script("search_scales.py", *common, "--init=0.3", "--lr=0.5", "--granularity=layer")
-    a = load_checkpoint(out / "layerlog_2L.pt")[0].get_head_slopes()
+    a = load_checkpoint(out / "layerslope_2L.pt")[0].get_head_slopes()
     assert (a >= 0).all() and not torch.allclose(a, torch.full((2, 2), 0.3)) and torch.equal(a[:, 0], a[:, 1])
     proc = run_script("search_scales.py", *common[:-2], "--fit_lengths=4", "--steps=2", check=False)  # no grid at 4L
     assert proc.returncode == 2 and "--init=VALUE" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -102,7 +102,7 @@ def test_search_scales_log_fit_moves_only_the_slopes(trained, tmp_path):
     (["--log_interval=0"], "--log_interval must be > 0"),
     (["--lr=0"], "--lr must be > 0"),
     (["--tail=-1"], "--tail must be >= 0"),
-    (["--fit=log", "--fit_lengths=1"], "every --fit_lengths must be > 1"),
+    (["--fit=slope", "--fit_lengths=1"], "every --fit_lengths must be > 1"),
 ])
 def test_search_scales_bad_input(trained, tmp_path, args, message):
     proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", *args, check=False)
@@ -182,11 +182,11 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
                                            "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit"}
     assert len(rows) == 6 * 10 and {int(r["length"]) for r in rows} == {104}
     assert "Passkey retrieval" in (out / "report.md").read_text()
-    # --logscale adds its rows to the finished study: only its own stages run
-    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, "--logscale")
+    # --slopes adds its rows to the finished study: only its own stages run
+    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, "--slopes")
     assert proc.stdout.count("done before, skipped") == 20
     res = json.loads((out / "eval" / "results.json").read_text())
-    new = {"nope_logn", "nope_loglam", "nope_headscale_log_4L", "nope_headscale_8L"}
+    new = {"nope_logn", "nope_slope_grid", "nope_headslope_4L", "nope_headscale_8L"}
     assert set(res["methods"]) == expected | new
     rows = res["methods"]
     assert rows["nope_logn"]["slopes"] == round(1 / np.log(104), 4) and rows["nope_logn"]["scales"] is None
@@ -195,7 +195,7 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
         assert rows[name]["loss"][0] == rows["nope"]["loss"][0] and rows[name]["lengths"] == rows["nope"]["lengths"]
     assert "Lambda that follows the position" in (out / "report.md").read_text()
     # --modern adds the hybrids and DroPE: only their stages run
-    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, "--logscale", "--modern",
+    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, "--slopes", "--modern",
                       "--nope_every=2", "--drope_steps=4")
     assert proc.stdout.count("done before, skipped") == 23
     rows = json.loads((out / "eval" / "results.json").read_text())["methods"]
@@ -208,7 +208,7 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
     assert (out / "eval" / "loss_modern.png").exists() and (out / "eval" / "entropy_modern.png").exists()
     with open(out / "passkey" / "passkey.csv") as f:  # retrieval too: loss alone flatters a short reach
         assert {r["method"] for r in csv.DictReader(f)} >= {"hybrid", "hybrid_swa", "drope"}
-    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", "--grid_lengths=2,4", "--logscale",
+    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", "--grid_lengths=2,4", "--slopes",
                       check=False)
     assert proc.returncode == 2 and "--grid_lengths" in proc.stderr
     # the findings check reads the study's files; the sweep tabulates it
@@ -302,12 +302,12 @@ def test_search_scales_checks_its_inputs_before_the_grid(trained, tmp_path):
     proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", "--lengths=2,100000",
                       "--fit_lengths=", check=False)
     assert proc.returncode == 2 and "no val document holds" in proc.stderr and "(n=" not in proc.stdout
-    # a grid run before whose lambda(i) fit is not a number: refused before --set_log writes anything
+    # a grid run before whose lambda(i) fit is not a number: refused before --set_slope writes anything
     (tmp_path / "uniform.json").write_text(json.dumps({"lengths": {"2L": {"fit_a": float("nan")}},
                                                        "fit": {"a": 0.3, "length": 64, "r2": 1.0}}))
     proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", "--grid=false",
-                      "--fit=log", "--fit_lengths=2", "--set_log=0.5", check=False)
-    assert proc.returncode == 2 and "give --init=VALUE" in proc.stderr and not (tmp_path / "log_0.5.pt").exists()
+                      "--fit=slope", "--fit_lengths=2", "--set_slope=0.5", check=False)
+    assert proc.returncode == 2 and "give --init=VALUE" in proc.stderr and not (tmp_path / "slope_0.5.pt").exists()
 
 
 def test_rope_factor_grid_measures_plain_rope_when_its_grid_lacks_factor_1(trained, tmp_path):

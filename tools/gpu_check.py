@@ -6,7 +6,7 @@ The project's own GPU check: every script on one CUDA card, then the gpu-preset 
     python tools/gpu_check.py --trial                                       # any machine: the same steps on the
                                                                       # CPU, tiny shapes, about a minute
 Steps, each a command of the project's own, in this order:
-  smoke  every script at the tiny preset: reproduce.py (--logscale; train, search_scales, evaluate, plot,
+  smoke  every script at the tiny preset: reproduce.py (--slopes; train, search_scales, evaluate, plot,
          findings), train.py with passkey rows at a length where an example fits and passkey.py, sample.py,
          train.py under torchrun (nccl on a card), bench.py eager and compiled at the gpu preset's shapes
   study  reproduce.py --preset=gpu (--study_args added) with max_iters sized to the seconds left
@@ -199,7 +199,7 @@ def main():
 
     if cfg.smoke:
         if not cfg.trial:  # every script at the tiny preset (in the trial, the study below is this one)
-            chk.run("tiny_study", ["reproduce.py", *tiny, f"--out_dir={w}/tiny", "--notoken=false", "--logscale",
+            chk.run("tiny_study", ["reproduce.py", *tiny, f"--out_dir={w}/tiny", "--notoken=false", "--slopes",
                                    "--lengths=1,2,4,8"], run_dir=f"{w}/tiny")
         from data import Dataset
         ds = Dataset(cfg.dataset or "pystdlib", bos=True)
@@ -234,8 +234,8 @@ def main():
                   "(an estimate)", flush=True)
             if cfg.trial:  # the tiny preset's 20 steps at most, the fewest stages that still run every script
                 preset = ["--preset=tiny", "--lengths=1,2", "--grid_lengths=2", "--fit_lengths=2", "--ablation_length=2",
-                          "--notoken=false", "--rope_baselines=false", "--logscale", "--logscale_length=2",
-                          "--logscale_fit_lengths=2"]
+                          "--notoken=false", "--rope_baselines=false", "--slopes", "--slopes_length=2",
+                          "--slopes_fit_lengths=2"]
                 steps = min(max(steps, 10), 20)
             else:
                 preset = ["--preset=gpu"]

@@ -36,7 +36,7 @@ DARK_RED = "#7A1F00"  # DroPE: RoPE's vermillion, darker
 OLIVE = "#8F7F00"  # the length-following rows: a darker yellow, readable on white
 # the rows whose attention entropy a figure draws (evaluate.py --entropy_rows: reproduce.py measures
 # entropy for these alone, as each costs an explicit-softmax pass at the longest length)
-ENTROPY_ROWS = ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headscale_log_4L", "nope_notoken",
+ENTROPY_ROWS = ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headslope_4L", "nope_notoken",
                 "hybrid", "hybrid_swa", "hybrid_llama4", "hybrid_headscale_4L", "drope", "drope_headscale_4L")
 SMOOTH = 4         # per-position curves: a moving average over L/SMOOTH positions (the paper: 100 at
                    # L = 2048 over far more text; our 64 windows a length need a wider one)
@@ -68,11 +68,11 @@ def style(name):
         (r"nope_notoken$", SKY, "-", "o", "NoPE without start token"),
         (r"rope$", VERMILLION, "-", "s", "RoPE"),
         (r"rope_(pi|ntk|yarn)_(zeroshot|ft)", ORANGE, None, None, None),
-        (r"nope_uniform_log", OLIVE, "-.", "v", "one slope, fitted" + at),
-        (r"nope_layer_log", OLIVE, "--", "v", "slope per layer" + at),
-        (r"nope_headscale_log", OLIVE, "-", "v", "length-following λ" + at),
+        (r"nope_uniformslope", OLIVE, "-.", "v", "one slope, fitted" + at),
+        (r"nope_layerslope", OLIVE, "--", "v", "slope per layer" + at),
+        (r"nope_headslope", OLIVE, "-", "v", "length-following λ" + at),
         (r"nope_logn$", OLIVE, ":", "x", "logn (Qwen)"),
-        (r"nope_loglam$", OLIVE, (0, (5, 1, 1, 1)), "x", "λ(i) of the grid"),
+        (r"nope_slope_grid$", OLIVE, (0, (5, 1, 1, 1)), "x", "λ(i) of the grid"),
         (r"nope_uniform_", GREEN, "-", "^", "uniform λ" + at),
         (r"nope_headscale_.*_noclamp", PURPLE, "--", "d", "HeadScale, no clamp" + at),
         (r"nope_headscale_.*_noinit", PURPLE, ":", "d", "HeadScale, init 1" + at),
@@ -261,7 +261,7 @@ def hero(F, results, pos, ent):
     lengths = methods["nope"]["lengths"]
     n4 = 4 * L if 4 * L in lengths else lengths[-1]
     rows = ["nope", "rope", "nope_uniform_4L", "nope_headscale_4L", best_rope_extension(results, n4),
-            "nope_headscale_log_4L"]
+            "nope_headslope_4L"]
     for name in [r for r in rows if r and r in methods]:
         ex = excess(results, name)
         if ex:
@@ -277,14 +277,19 @@ def hero(F, results, pos, ent):
     F.save(fig, "hero.png")
 
 
+def slope_row(name):
+    """A row whose lambda follows the position (reproduce.py --slopes): Qwen's logn, a slope set or fitted."""
+    return name == "nope_logn" or "slope" in name
+
+
 FAMILIES = {  # figure -> (title, which rows)
     "loss_nope_remedies.png": ("NoPE and its remedies (λ fitted past L)",
                                lambda n: n == "nope" or re.match(r"nope_(uniform|headscale|layer)_\d", n)
-                               and "log" not in n),
+                               and not slope_row(n)),
     "loss_rope_extensions.png": ("RoPE and its extensions (PI, NTK-aware, YaRN)",
                                  lambda n: n == "rope" or n.startswith("rope_") and not n.endswith("window_L")),
     "loss_length_following.png": ("λ that follows the position, against constant λ",
-                                  lambda n: n == "nope" or "log" in n or n in ("nope_uniform_4L", "nope_headscale_4L")),
+                                  lambda n: n == "nope" or slope_row(n) or n in ("nope_uniform_4L", "nope_headscale_4L")),
     "loss_start_token.png": ("NoPE with and without the start token, RoPE",
                              lambda n: n in ("nope", "nope_notoken", "rope")),
     "loss_modern.png": ("NoPE as used since the paper: hybrid RoPE/NoPE layers, DroPE",
@@ -300,8 +305,8 @@ def families(F, results):
     lengths = sorted({n for m in methods.values() for n in m["lengths"]})
     for fn, (title, member) in FAMILIES.items():
         rows = [n for n in methods if member(n)]
-        if len(rows) < 2 or fn == "loss_length_following.png" and not any("log" in n for n in rows):
-            F.skip(fn, "fewer than two of its rows" if len(rows) < 2 else "no length-following rows (--logscale)")
+        if len(rows) < 2 or fn == "loss_length_following.png" and not any(slope_row(n) for n in rows):
+            F.skip(fn, "fewer than two of its rows" if len(rows) < 2 else "no length-following rows (--slopes)")
             continue
         if fn == "loss_modern.png" and not any(n.startswith(("hybrid", "drope")) for n in rows):
             continue  # drawn only for a study run with --modern: not missing from any other
@@ -333,7 +338,7 @@ def position_loss(F, results, pos):
     """Per-position loss of the base models, their references and the 4L remedies, smoothed."""
     L = results["train_len"]
     rows = [r for r in ("nope", "nope_notoken", "rope", "nope_uniform_4L", "nope_headscale_4L",
-                        "nope_headscale_log_4L", "nope_window_L", "rope_window_L")
+                        "nope_headslope_4L", "nope_window_L", "rope_window_L")
             if r in pos and "loss_per_position" in pos[r]]
     if not rows:
         return F.skip("position_loss.png", "no per-position curves in positions.json")
@@ -430,7 +435,7 @@ def search_figures(F, search_dir, ent):
     if os.path.exists(uni_path):
         lambda_grid(F, search_dir, read_json(uni_path))
     for fn in sorted(os.listdir(search_dir)):
-        if fn.startswith(("head_", "headlog_")) and fn.endswith(".csv"):
+        if fn.startswith(("head_", "headslope_")) and fn.endswith(".csv"):
             head_table(F, search_dir, fn, ent)
 
 
@@ -473,7 +478,7 @@ def lambda_grid(F, search_dir, uni):
 
 
 def head_table(F, search_dir, fn, ent):
-    slopes = fn.startswith("headlog_")  # the slopes a_h of lambda_h(i) = 1 + a_h ln(max(i, L) / L)
+    slopes = fn.startswith("headslope_")  # the slopes a_h of lambda_h(i) = 1 + a_h ln(max(i, L) / L)
     with open(os.path.join(search_dir, fn), encoding="utf-8") as f:
         rows = [(int(r["layer"]), int(r["head"]), float(r["slope" if slopes else "scale"])) for r in csv.DictReader(f)]
     lam = np.zeros((max(r[0] for r in rows) + 1, max(r[1] for r in rows) + 1))
