@@ -7,7 +7,7 @@ Measure checkpoints past their training length L: the study's one measurement, d
 
 For each checkpoint and each length n (default L, 1.5L, 2L, 3L, 4L, 8L, 16L), on the same
 fixed, seeded validation windows (each inside one document, none overlapping, from the "eval"
-subset that the scale search never sees; a model trained with the start token reads it at
+documents that neither the scale search nor train.py's monitor reads; a model trained with the start token reads it at
 position 0, and every model scores the same target tokens):
   - loss: the plain mean over every position of the windows (nats per token)
   - tail_loss: the paper's metric, only the last `tail` tokens of each n-token window scored
@@ -39,8 +39,10 @@ from tools.cli import (UserError, atomic_write_text, autocast, parse_ckpts, pars
 
 # What a measurement means. Bump it when that changes (the start token, the windows, the
 # metrics): evaluate.py refuses to merge results of another version, and reproduce.py reruns
-# every stage whose stamp records another. 2: start token, disjoint eval/search windows.
-PROTOCOL = 2
+# every stage whose stamp records another. 2: start token, eval/search windows disjoint at each
+# length. 3: the validation documents divided once between the search (and train.py's monitor)
+# and the evaluation, so no evaluated token is read by either; HeadScale's rows inside documents.
+PROTOCOL = 3
 
 
 @dataclass

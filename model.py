@@ -57,7 +57,8 @@ class GPTConfig:
         rope, those with (index + 1) % nope_every == 0 (Llama 4's rule)."""
         if self.pos_encoding == "nope":
             return list(range(self.n_layer))
-        return [i for i in range(self.n_layer) if self.nope_every and (i + 1) % self.nope_every == 0]
+        k = self.nope_every
+        return [i for i in range(self.n_layer) if k and (i + 1) % k == 0]
 
 
 def query_scale(head_scale, slope, T, L):
@@ -68,7 +69,8 @@ def query_scale(head_scale, slope, T, L):
     head_scale (nh,) is the paper's lambda (its UniformScale: one value for every head; its
     HeadScale: one per head); logits become lam_h q.k / sqrt(d), as in the authors' code
     (AntNLP/nope_head_scale), where lambda multiplies q. slope (nh,) lets lambda follow the
-    position past L, the per-position law of the paper's grid search (a_h = 0: a constant). Position i counts from 1 at the window's first token; every i <= L gets exactly
+    position past L, the per-position law of the paper's grid search (a_h = 0: a constant).
+    Position i counts from 1 at the window's first token; every i <= L gets exactly
     head_scale_h, so nothing changes on the training lengths.
     Returns (1, nh, 1, 1), or (1, nh, T, 1) when T > L."""
     lam = head_scale.view(1, -1, 1, 1)                                              # (1, nh, 1, 1)
@@ -101,10 +103,12 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("head_scale", torch.ones(config.n_head))
         self.register_buffer("head_slope", torch.zeros(config.n_head))
         # beyond the paper: RoPE in this layer or not (a hybrid's NoPE layers are global), a
-        # hybrid's sliding window, and a window keeps the start token visible (an attention sink)
+        # hybrid's sliding window, and a window keeps the start token visible (an attention sink),
+        # except in a hybrid's windowed RoPE layers: there key 0 would sit at a query-key distance
+        # never seen in training (up to the whole length), and Cohere's windowed layers keep none
         self.use_rope = config.pos_encoding == "rope" and layer not in config.nope_layers()
         self.rope_window = config.rope_window if self.use_rope else 0
-        self.sink = config.bos
+        self.sink = config.bos and not self.rope_window
 
     def forward(self, x, rope=None, temp=None, window=None, explicit=None):
         """x (B, T, C). rope: cos/sin tables (RoPE layers use them); temp: Llama 4's temperature
@@ -135,7 +139,7 @@ class CausalSelfAttention(nn.Module):
                                                is_causal=mask is None)
         else:
             if self.training and self.dropout > 0:
-                raise ValueError("the written-out softmax measures a model: call model.eval() first")
+                raise ValueError("the written-out softmax measures: call model.eval() first")
             y, entropy = written_out_attention(q, k, v, window, self.sink, explicit.chunk)
             if explicit.entropy is not None:
                 explicit.entropy.append(entropy)
@@ -238,7 +242,8 @@ class GPT(nn.Module):
                    is appended per layer (so the caller can reduce it layer by layer)
         reduction: "mean" gives a scalar loss, "none" the (B, T) per-token losses"""
         B, T = idx.size()
-        rope = rope_cos_sin(self.config, T, idx.device) if self.config.pos_encoding == "rope" else None
+        rope = (rope_cos_sin(self.config, T, idx.device) if self.config.pos_encoding == "rope"
+                else None)  # (T, hs) cos and sin tables
         temp = llama4_temperature(T, self.config, idx.device)  # (1, 1, T, 1) or None
         path = Explicit(chunk, entropy) if explicit else None
         x = self.transformer.drop(self.transformer.wte(idx))  # (B, T, C): token embeddings only
@@ -278,8 +283,9 @@ class GPT(nn.Module):
         if value.dim() == 1 and value.numel() == 1:
             value = value.view(())
         if value.dim() == 1:
-            raise ValueError(f"a flat list of {value.numel()} {what} is ambiguous: give one number, a "
-                             f"({n_layer}, 1) table (one per layer) or a ({n_layer}, {n_head}) table")
+            raise ValueError(f"a flat list of {value.numel()} {what} is ambiguous: give one "
+                             f"number, a ({n_layer}, 1) table (per layer) or a ({n_layer}, "
+                             f"{n_head}) table")
         if value.dim() == 0 or value.shape == (n_layer, 1):
             value = value.expand(n_layer, n_head)
         if value.shape != (n_layer, n_head):
@@ -311,7 +317,8 @@ class GPT(nn.Module):
         return 6 * N + 6 * cfg.n_layer * T * cfg.n_embd
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, window=None, generator=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, window=None,
+                 generator=None):
         """Sample max_new_tokens continuing idx (B, T). No cropping to block_size: the
         point of this project is what happens past it (pass window= to crop; a model trained
         with the start token keeps it: the start token and the last window - 1 tokens)."""
@@ -364,8 +371,8 @@ def check_config(c):
     if c.rope_window and not c.nope_every:
         raise ValueError("rope_window windows the RoPE layers of a hybrid: set nope_every too")
     if c.nope_temp and not c.nope_layers():
-        raise ValueError("nope_temp scales the NoPE layers and this model has none (pos_encoding=nope, "
-                         "or rope with nope_every)")
+        raise ValueError("nope_temp scales the NoPE layers and this model has none "
+                         "(pos_encoding=nope, or rope with nope_every)")
 
 
 def window_mask(T, window, device, sink=False, start=0, lo=0):
@@ -462,7 +469,8 @@ def load_checkpoint(path, device="cpu", **config_overrides):
     """Rebuild the model from a checkpoint file alone. config_overrides change evaluation-time
     settings (for example rope_scaling, rope_factor). Returns (model, checkpoint dict)."""
     if not os.path.isfile(path):
-        raise CheckpointError(f"no checkpoint at {path}: train one with train.py first (or check --ckpt)")
+        raise CheckpointError(f"no checkpoint at {path}: train one with train.py first "
+                              "(or check --ckpt)")
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:
@@ -472,8 +480,9 @@ def load_checkpoint(path, device="cpu", **config_overrides):
         raise CheckpointError(f"{path} is not a nanoNoPE checkpoint (no 'model'/'model_args'); "
                               "use one written by train.py or search_scales.py")
     if "bos" not in ckpt["model_args"]:
-        raise CheckpointError(f"{path} was written before the start token existed (an older nanoNoPE, "
-                              "whose measurements are not comparable): retrain it with this version")
+        raise CheckpointError(f"{path} was written before the start token existed (an older "
+                              "nanoNoPE, whose measurements are not comparable): retrain it with "
+                              "this version")
     known = {f.name for f in fields(GPTConfig)}
     args = {k: v for k, v in ckpt["model_args"].items() if k in known}
     for k, v in config_overrides.items():
@@ -487,8 +496,10 @@ def load_checkpoint(path, device="cpu", **config_overrides):
     state = {}
     for k, v in ckpt["model"].items():
         k = k.removeprefix("_orig_mod.").removeprefix("module.")
-        state[k.removesuffix(".head_scale_log") + ".head_slope" if k.endswith(".head_scale_log") else k] = v
-    for k, v in model.state_dict().items():  # saved before the slopes existed: zeros, a constant lambda
+        if k.endswith(".head_scale_log"):  # the slope's buffer before it was named head_slope
+            k = k.removesuffix(".head_scale_log") + ".head_slope"
+        state[k] = v
+    for k, v in model.state_dict().items():  # saved before slopes existed: zeros (constant lambda)
         if k.endswith(".head_slope"):
             state.setdefault(k, v)
     try:

@@ -63,6 +63,8 @@ class StudyConfig:
     preset: str = "auto"                # config/NAME.py (cpu, gpu, tiny, ...); auto: gpu where CUDA is
                                         # available, else cpu
     force: bool = False                 # redo every stage even if its outputs exist
+    device: str = "auto"                # auto | cpu | cuda | mps, passed to every script when not auto
+                                        # (the gpu preset without CUDA runs only with --device=cpu)
     # overrides of the preset's training settings (0 = the preset's value)
     block_size: int = 0                 # training length L
     max_iters: int = 0                  # training steps
@@ -166,6 +168,14 @@ def main():
 
 def check(cfg):
     """Every input that a later stage would refuse, refused before any work."""
+    if cfg.device not in ("auto", "cpu", "cuda", "mps"):
+        raise UserError(f"--device must be auto, cpu, cuda or mps, got {cfg.device!r}")
+    if cfg.preset == "gpu" and cfg.device == "auto":
+        import torch
+        if not torch.cuda.is_available():
+            raise UserError(f"the gpu preset needs a CUDA card and none is here: its trainings alone would take "
+                            f"{gpu_preset_estimate(cfg)} on this machine (an estimate from its matmul rate); "
+                            "--preset=cpu runs the laptop study, --device=cpu runs this one anyway")
     if cfg.slopes:
         missing = [k for k in [cfg.slopes_length, *cfg.slopes_fit_lengths] if k not in cfg.grid_lengths]
         if missing:
@@ -184,6 +194,22 @@ def check(cfg):
             raise UserError(f"--train_args takes KEY=VALUE pairs of train.py settings, got {a!r}")
 
 
+def gpu_preset_estimate(cfg):
+    """Roughly how long the gpu preset's trainings take on this machine's CPU: their FLOPs
+    (GPT.flops_per_token) over the rate of a float32 matmul measured here (tools/bench.py). A
+    lower bound: a model never runs at its matmul rate."""
+    from model import GPT, GPTConfig
+    from tools.bench import matmul_rate
+    t = load_preset("gpu", "train")
+    keys = ("n_layer", "n_head", "n_embd", "block_size")
+    model = GPT(GPTConfig(**{k: getattr(cfg, k) or t[k] for k in keys}, vocab_size=256))
+    L = model.config.block_size
+    tokens = (cfg.max_iters or t["max_iters"]) * (cfg.batch_size or t["batch_size"]) * L
+    models = 2 + cfg.notoken  # NoPE, its RoPE twin, NoPE without the start token
+    rate = matmul_rate("cpu", 1024, "float32")  # FLOP/s
+    return format_seconds(models * tokens * model.flops_per_token(L) / rate)
+
+
 def lengths(xs):
     return ",".join(f"{x:g}" for x in xs)
 
@@ -195,7 +221,7 @@ class Study:
         self.cfg = cfg
         self.out = cfg.out_dir = os.path.abspath(cfg.out_dir)
         os.makedirs(self.out, exist_ok=True)
-        self.stages = Stages(self.out, cfg.force)
+        self.stages = Stages(self.out, cfg.force, cfg.device)
         cfg.dataset = cfg.dataset or load_preset(cfg.preset, "train").get("dataset", "pystdlib")
         # the training settings given to reproduce.py, passed on to every model trained from scratch
         self.overrides = [f"--{k}={getattr(cfg, k)}" for k in ("block_size", "max_iters", "n_layer", "n_head",
@@ -463,7 +489,7 @@ def write_report(cfg, out, L, times, wall):
              "Every row reads the start token at position 0 except nope_notoken*.", "",
              open(os.path.join(ev, "table.md"), encoding="utf-8").read(), "",
              "**UniformScale: best lambda per target length** (search_scales.py's windows, the validation "
-             "split's \"search\" subset, disjoint from the evaluation's at the same length)", "",
+             "split's \"search\" documents: none of the evaluation's text, protocol 3)", "",
              "| length | best lambda (mean loss) | loss | loss at lambda=1 | best lambda (tail) |", "|---|---:|---:|---:|---:|"]
     for name, s in uni["lengths"].items():
         lines.append(f"| {name} | {s['best_lam']:.2f} | {s['best_loss']:.4f} | {s['loss_at_1']:.4f} | {s['best_lam_tail']:.2f} |")

@@ -36,9 +36,9 @@ Writes into out_dir (default: the checkpoint's folder + /scales):
                         (slope_0.3.*: a number)
 On a hybrid of RoPE and NoPE layers (GPTConfig.nope_every) every scale and slope acts on its NoPE
 layers alone; the RoPE layers keep lambda = 1.
-The grid scores windows of the validation split's "search" subset; evaluate.py scores its "eval"
-subset, disjoint at each length: lambda chosen at 4L is not judged at 4L on text it was chosen on.
-Windows of other lengths are cut on their own and share some text (python tools/overlap.py).
+The grid scores windows of the validation split's "search" documents; evaluate.py scores its "eval"
+documents (protocol 3, data.doc_sides): lambda is never judged, at any length, on text it was
+chosen on (python tools/overlap.py prints 0.0% shared). HeadScale fits on the training split.
 """
 
 import contextlib
@@ -71,8 +71,8 @@ class SearchConfig:
     lam_max: float = 2.0                # grid end (inclusive): above every best lam measured so far (docs/);
                                         # a best lam at the end is said in one line
     lam_step: float = 0.05              # grid step
-    windows: int = 64                   # validation windows per length (fixed, seeded, inside documents,
-                                        # disjoint from evaluate.py's of the same length)
+    windows: int = 64                   # validation windows per length (fixed, seeded, inside the "search"
+                                        # documents: none of evaluate.py's text)
     tail: int = 0                       # tokens scored by the tail metric (0 = L/8, the paper's 256/2048)
     select: str = "loss"                # pick the best lam by: loss (mean over all positions) | tail
     position_bins: int = 0              # width of the position bins for lam(i) (0 = L/8)
@@ -310,7 +310,8 @@ def fit_head_scales(model, batches, init, steps=200, lr=0.05, betas=(0.9, 0.95),
     on_step(row): called after every step with its log row (progress, checks).
     The model is left as it was found: scales, slopes, requires_grad flags and train/eval mode.
     Returns (lam fitted, detached, init's shape; the log: one dict a step with step, loss,
-    lam_mean, lam_min and lam_max after the clamp, and lr)."""
+    lam_mean, lam_min and lam_max after the clamp, lr, and with a scaler whether the step was
+    skipped)."""
     n_layer, n_head = model.config.n_layer, model.config.n_head
     put = put or (lambda m, t: m.set_head_scales(t.expand(n_layer, n_head)))
     saved = model.get_head_scales(), model.get_head_slopes(), model.training
@@ -328,17 +329,21 @@ def fit_head_scales(model, batches, init, steps=200, lr=0.05, betas=(0.9, 0.95),
             with ctx:
                 _, loss = model(x, y)
             opt.zero_grad(set_to_none=True)
+            row = {}
             if scaler is None:
                 loss.backward()
                 opt.step()
             else:  # float16: the loss scaled up before backward, the gradient back before the step
+                scale = scaler.get_scale()
                 scaler.scale(loss).backward()
-                scaler.step(opt)
+                scaler.step(opt)  # skipped when the gradient overflowed: the scale then drops
                 scaler.update()
+                row["skipped"] = scaler.get_scale() < scale
             with torch.no_grad():
                 lam.clamp_(min=min_scale)  # the focus constraint, after every step
             log.append({"step": step + 1, "loss": round(loss.item(), 5), "lam_mean": round(lam.mean().item(), 4),
-                        "lam_min": round(lam.min().item(), 4), "lam_max": round(lam.max().item(), 4), "lr": rate})
+                        "lam_min": round(lam.min().item(), 4), "lam_max": round(lam.max().item(), 4), "lr": rate,
+                        **row})
             if on_step is not None:
                 on_step(log[-1])
     finally:  # the model as it was
@@ -351,11 +356,13 @@ def fit_head_scales(model, batches, init, steps=200, lr=0.05, betas=(0.9, 0.95),
 
 
 def fit_batches(ds, cfg, n, device):
-    """HeadScale's rows: fit_batch_size rows of n tokens from the training split, seeded by step."""
+    """HeadScale's rows: fit_batch_size rows of n tokens from the training split, seeded by step,
+    each inside one document as the evaluation's windows are (a row across two files would ask
+    lambda to carry attention over a boundary the measurement never shows)."""
     g = torch.Generator()
     for step in itertools.count():
         g.manual_seed(cfg.seed * 7_919 + step)
-        yield ds.get_batch("train", cfg.fit_batch_size, n, g, device)
+        yield ds.get_batch("train", cfg.fit_batch_size, n, g, device, within_documents=True)
 
 
 def fit_at(model, ds, cfg, n, init, ctx, device, dtype):
@@ -387,8 +394,13 @@ def fit_at(model, ds, cfg, n, init, ctx, device, dtype):
     lam, log = fit_head_scales(
         model, fit_batches(ds, cfg, n, device), torch.full(shape, float(init), device=device),
         steps=cfg.steps, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), warmup=max(1, int(cfg.warmup_frac * cfg.steps)),
-        final_lr=cfg.final_lr_frac * cfg.lr, min_scale=floor, put=put, ctx=ctx, scaler=grad_scaler(dtype),
-        on_step=on_step)
+        final_lr=cfg.final_lr_frac * cfg.lr, min_scale=floor, put=put, ctx=ctx,
+        scaler=grad_scaler(dtype) if dtype == "float16" else None, on_step=on_step)
+    skipped = sum(row.get("skipped", False) for row in log)
+    if skipped:  # float16's range: a skipped step leaves lambda as it was
+        print(f"{'warning' if skipped == len(log) else 'note'}: {skipped} of {len(log)} steps skipped (float16 "
+              f"overflow{': lambda never moved from its start' if skipped == len(log) else ''}); "
+              "--dtype=bfloat16 or float32 avoids it", flush=True)
     if slopes:  # the log in the slopes' own names
         log = [{k.replace("lam_", "a_"): v for k, v in row.items()} for row in log]
     return on_layers(model, lam.expand(layers, n_head), fill).clone(), log

@@ -19,6 +19,7 @@ import math
 import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass, fields
 
 import torch
@@ -72,7 +73,7 @@ class TrainConfig:
     # evaluation and logging
     eval_interval: int = 250            # validate and checkpoint every this many steps
     val_windows: int = 256              # validation windows of L positions: fixed, the same for every seed,
-                                        # batch size and recipe (evaluate.py's seed, its "eval" subset)
+                                        # batch size and recipe (the "search" documents: none evaluated)
     log_interval: int = 25              # print a progress line every this many steps
     # system
     device: str = "auto"                # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:1 | mps
@@ -84,7 +85,7 @@ class TrainConfig:
 
 
 MODEL_KEYS = [f.name for f in fields(GPTConfig) if f.name in TrainConfig.__dataclass_fields__]
-VAL_SEED = 1234  # the validation monitor's windows: evaluate.py's seed, not the training seed
+VAL_SEED = 1234  # the validation monitor's windows (in the scale search's documents), not the training seed
 VAL_BATCH = 32   # windows per forward pass of the monitor (does not change what it measures)
 LOG_HEADER = ["step", "train_loss", "val_loss", "lr", "grad_norm", "seconds"]  # train_log.csv's columns
 
@@ -109,6 +110,19 @@ def main():
     cfg = parse_config(TrainConfig, section="train", description=__doc__)
     check(cfg)
     ddp, rank, world, device = start_processes(cfg)
+    try:
+        train(cfg, ddp, rank, world, device)
+    except BaseException as e:  # under DDP, an error (a loss not finite) ends every process alike:
+        traceback.clear_frames(e.__traceback__)  # free what its frames hold, the DDP wrapper among them,
+        if ddp:                                  # then the process group, as after a finished run
+            end_processes(wait=False)
+        raise
+    if ddp:
+        end_processes(wait=True)
+
+
+def train(cfg, ddp, rank, world, device):
+    """The run: setup, the loop, the summary (nanoGPT's train.py, top to bottom)."""
     master = rank == 0
     dtype = pick_dtype(cfg.dtype, device)
     ctx = autocast(device, dtype)
@@ -133,7 +147,7 @@ def main():
         model = DDP(model, device_ids=[int(device.split(":")[1])] if device.startswith("cuda") else None)
     passkey, n_passkey = passkey_rows(cfg, ds)  # (None, 0) unless --passkey_frac > 0
     tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * cfg.block_size
-    val_windows = ds.windows(cfg.block_size, cfg.val_windows, seed=VAL_SEED, subset="eval")
+    val_windows = ds.windows(cfg.block_size, cfg.val_windows, seed=VAL_SEED, subset="search")
     if master:
         os.makedirs(cfg.out_dir, exist_ok=True)
         describe(cfg, raw_model, ds, tokens_per_iter, n_passkey, device, dtype, world, iter_num)
@@ -211,9 +225,6 @@ def main():
     if master:
         write_summary(cfg, raw_model, ds, log_rows, iter_num, best_val, tokens_per_iter, val_windows,
                       time.time() - t_start + elapsed_before, device, dtype, world)
-    if ddp:
-        del model  # the DDP wrapper freed before its process group (end_processes says why)
-        end_processes()
 
 
 # -----------------------------------------------------------------------------
@@ -278,11 +289,13 @@ def write_summary(cfg, model, ds, log_rows, iter_num, best_val, tokens_per_iter,
           f"wall {format_seconds(wall)}")
 
 
-def end_processes():
-    """DDP teardown. Every rank waits while rank 0 writes its last files; then the DDP wrapper (its
-    reducer holds the process group and gloo's worker threads) is freed before the group, not at
-    interpreter exit, where gloo aborted one process in ~1 of 30 runs on 2 busy cores."""
-    torch.distributed.barrier()
+def end_processes(wait):
+    """DDP teardown. After a finished run every rank waits (wait=True) while rank 0 writes its last
+    files; after an error none waits, as another process may be gone. The DDP wrapper (its reducer
+    holds the process group and gloo's worker threads) must be freed before the group, not at
+    interpreter exit, where gloo aborted a process now and then ("terminate called ...")."""
+    if wait:
+        torch.distributed.barrier()
     gc.collect()
     destroy_process_group()
 

@@ -284,17 +284,30 @@ def write_dataset(out_dir, train_docs, val_docs, tokenizer, source):
     print(f"wrote {out_dir}: vocab {vocab_size}, train {tr['tokens']:,} tokens in {tr['documents']} docs, "
           f"val {va['tokens']:,} tokens in {va['documents']} docs")
     print("evaluation windows the val split gives (evaluate.py scores up to 64 per length): "
-          + "; ".join(f"L = {L}: {eval_windows(va['doc_lengths'], L)} at L, {eval_windows(va['doc_lengths'], 8 * L)} "
-                      f"at 8L" for L in (128, 512)))
+          + "; ".join(f"L = {L}: {eval_windows(va['doc_names'], va['doc_lengths'], L)} at L, "
+                      f"{eval_windows(va['doc_names'], va['doc_lengths'], 8 * L)} at 8L" for L in (128, 512)))
     return meta
 
 
-def eval_windows(doc_lengths, length):
+def doc_sides(doc_names, doc_lengths):
+    """Protocol 3: the validation documents divided once into the evaluation's (0) and the scale
+    search's (1), balanced by length: longest first, each document goes to the side holding fewer
+    tokens so far (the evaluation's on a tie). Every window of every length is then cut inside one
+    side, so no token evaluate.py scores is read by search_scales.py or by train.py's monitor.
+    Returns an int array, one entry a document."""
+    lengths = np.asarray(doc_lengths, dtype=np.int64)
+    side, totals = np.zeros(len(lengths), dtype=np.int64), [0, 0]
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], doc_names[i])):
+        side[i] = int(totals[1] < totals[0])
+        totals[side[i]] += int(lengths[i])
+    return side
+
+
+def eval_windows(doc_names, doc_lengths, length):
     """How many windows of `length` positions Dataset.windows can give the "eval" subset: the
-    non-overlapping windows inside each document (a window takes length + 1 tokens), every other
-    slot (the odd ones go to the scale search)."""
-    slots = sum(max((n - 1) // length, 0) for n in doc_lengths)
-    return (slots + 1) // 2
+    non-overlapping windows inside its documents (a window takes length + 1 tokens)."""
+    side = doc_sides(doc_names, doc_lengths)
+    return int(sum(max((n - 1) // length, 0) for n, s in zip(doc_lengths, side) if s == 0))
 
 
 def split_by_hash(names, val_fraction):
@@ -415,19 +428,35 @@ class Dataset:
         s = self.meta["splits"][split]
         return s["doc_names"], np.array(s["doc_starts"], dtype=np.int64), np.array(s["doc_lengths"], dtype=np.int64)
 
-    def get_batch(self, split, batch_size, block_size, generator, device="cpu"):
+    def get_batch(self, split, batch_size, block_size, generator, device="cpu", within_documents=False):
         """Random rows of block_size positions anywhere in the split (nanoGPT's sampler): inputs
         x (B, block_size), targets y (B, block_size) = x shifted by one; x[:, 0] is the start
-        token in bos mode."""
+        token in bos mode. within_documents=True: every row inside one document, as the
+        evaluation's windows are (HeadScale's fit rows), drawn evenly over the places one fits."""
         data = self.tokens[split]
         if len(data) <= block_size + 1:
             raise UserError(f"the {split} split ({len(data)} tokens) is shorter than block_size+1={block_size + 1}")
-        ix = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator).tolist()
+        if within_documents:
+            ix = self._starts_within_documents(split, batch_size, block_size + 1, generator)
+        else:
+            ix = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator).tolist()
         xy = self._with_bos(torch.from_numpy(np.stack([data[i:i + block_size + 1].astype(np.int64) for i in ix])))
         x, y = xy[:, :-1], xy[:, 1:]
         if str(device).startswith("cuda"):
             return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
         return x.to(device), y.to(device)
+
+    def _starts_within_documents(self, split, count, n, generator):
+        """`count` start indices of rows of n tokens that lie inside one document each, uniform over
+        every such place in the split."""
+        names, starts, lengths = self.docs(split)
+        room = np.maximum(lengths - n + 1, 0)  # the places a row of n tokens fits in each document
+        if room.sum() == 0:
+            raise UserError(f"no {split} document holds {n} tokens (the longest: {lengths.max()}); "
+                            "use a shorter length")
+        r = torch.randint(int(room.sum()), (count,), generator=generator).numpy()
+        doc = np.searchsorted(np.cumsum(room), r, side="right")
+        return (starts[doc] + r - (np.cumsum(room) - room)[doc]).tolist()
 
     def window_offsets(self, length, count, seed=1234, split="val", subset="all"):
         """Where windows() takes its windows: their first token's index in the split, (count',)."""
@@ -437,18 +466,18 @@ class Dataset:
             raise ValueError(f"subset must be all, eval or search, got {subset!r}")
         names, starts, lengths = self.docs(split)
         per_doc = np.maximum((lengths - 1) // length, 0)  # non-overlapping windows per document
+        if subset != "all":  # only the documents on this subset's side (doc_sides)
+            per_doc = per_doc * (doc_sides(names, lengths) == (0 if subset == "eval" else 1))
         doc = np.repeat(np.arange(len(names)), per_doc)
         slot = np.arange(len(doc)) - np.repeat(np.cumsum(per_doc) - per_doc, per_doc)
-        if subset != "all":
-            keep = np.arange(len(doc)) % 2 == (0 if subset == "eval" else 1)
-            doc, slot = doc[keep], slot[keep]
         if len(doc) == 0:
             i = int(lengths.argmax())
-            if per_doc.sum() == 0:
+            if (lengths - 1 >= length).sum() == 0:
                 raise UserError(f"no {split} document holds {length + 1} tokens: the longest is {names[i]!r} "
                                 f"with {lengths[i]} tokens, so the longest length available is {lengths[i] - 1}")
-            raise UserError(f"the {split} split has fewer than two windows of {length} positions, so none is left "
-                            f"for the {subset} subset (longest document: {lengths[i]} tokens); use a shorter length")
+            raise UserError(f"no {subset} document of the {split} split holds {length + 1} tokens (the search and "
+                            f"eval subsets have documents of their own; longest: {lengths[i]} tokens); use a "
+                            "shorter length")
         rng = np.random.default_rng(seed)
         pick = np.sort(rng.choice(len(doc), size=min(count, len(doc)), replace=False))
         if len(pick) < count:
@@ -461,10 +490,9 @@ class Dataset:
         one (count', length+1) int64 tensor, each inside a single document and none overlapping
         another. The same arguments give the same windows, so every model and every lambda sees
         the same text; bos and no-bos models score the same targets.
-        subset: "eval" (even slots) or "search" (odd slots) of the same length are disjoint by
-        construction, so the scale search never chooses lambda on the windows the evaluation
-        scores at that length ("all" takes both). Slots of different lengths are cut differently:
-        a search window of 4L and an eval window of 2L can share text (tools/overlap.py counts it).
+        subset: "eval" or "search" takes windows only inside that subset's documents (doc_sides,
+        protocol 3), so at no length does the scale search, or train.py's monitor, read a token
+        the evaluation scores ("all" takes every document; tools/overlap.py counts what is shared).
         count' = min(count, windows available); a shortfall is printed in one line."""
         offsets = self.window_offsets(length, count, seed, split, subset)
         data = self.tokens[split]

@@ -182,7 +182,7 @@ def test_eval_and_search_windows_are_disjoint(tiny_dataset):
     for n in (32, 100):
         ev, se = ds.windows(n, 1000, seed=1, subset="eval"), ds.windows(n, 1000, seed=1, subset="search")
         assert not {tuple(r) for r in ev.tolist()} & {tuple(r) for r in se.tolist()}
-        assert len(ev) + len(se) == len(ds.windows(n, 10_000, seed=1))  # together: every slot
+        assert len(ev) + len(se) == len(ds.windows(n, 10_000, seed=1))  # together: every window
 
 
 def test_a_shortfall_of_windows_is_said_in_one_line(tiny_dataset, capsys):
@@ -383,20 +383,51 @@ def test_bpe_without_rustbpe_says_how_to_install_it(monkeypatch):
 def test_prepare_counts_the_evaluation_windows_it_can_give(tiny_dataset):
     from data import Dataset, eval_windows
     ds = Dataset(str(tiny_dataset))
-    lengths = ds.meta["splits"]["val"]["doc_lengths"]
+    names, lengths = ds.meta["splits"]["val"]["doc_names"], ds.meta["splits"]["val"]["doc_lengths"]
     for n in (16, 100, 1000):  # as many as Dataset.windows hands the evaluation, never more
-        assert eval_windows(lengths, n) == len(ds.windows(n, 10_000, subset="eval"))
+        assert eval_windows(names, lengths, n) == len(ds.windows(n, 10_000, subset="eval"))
 
 
-def test_search_and_eval_windows_share_no_text_at_one_length_and_the_overlap_tool_says_so(tiny_dataset):
-    from tools.overlap import targets
+def test_protocol_3_no_evaluated_token_is_read_by_a_search_or_the_monitor(tiny_dataset):
+    """The validation documents go to the search or to the evaluation, once for every length: no
+    window of any length of one reads a token of the other, and tools/overlap.py prints 0.0%."""
+    from data import doc_sides
+    from tools.overlap import tokens
     ds = Dataset(str(tiny_dataset))
-    for n in (32, 64, 128):
-        assert not (targets(ds, n, 64, 4321, "search") & targets(ds, n, 64, 1234, "eval")).any()
-    starts = ds.window_offsets(64, 8, seed=3)
+    names, starts, lengths = ds.docs("val")
+    side = doc_sides(names, lengths)
+    assert set(side) == {0, 1} and abs(lengths[side == 0].sum() - lengths[side == 1].sum()) <= lengths.max()
+    searched = np.zeros(len(ds.tokens["val"]) + 1, dtype=bool)
+    for n in (32, 64, 128, 256):
+        searched |= tokens(ds, n, 64, 4321, "search")
+    searched |= tokens(ds, 32, 256, 1234, "search")  # train.py's monitor at L
+    for n in (32, 64, 128, 256):
+        assert not (searched & tokens(ds, n, 64, 1234, "eval")).any()
+        for o in ds.window_offsets(n, 64, 1234, "val", "eval"):  # inside an eval document
+            d = np.searchsorted(starts, o, side="right") - 1
+            assert side[d] == 0 and o + n < starts[d] + lengths[d]
+    offsets = ds.window_offsets(64, 8, seed=3)
     w = ds.windows(64, 8, seed=3)  # the windows are the tokens at those offsets
-    assert torch.equal(w[:, 1:], torch.from_numpy(np.stack([ds.tokens["val"][o + 1:o + 65] for o in starts]).astype(np.int64)))
-    proc = run_script("tools/overlap.py", f"--dataset={tiny_dataset}", "--L=32", "--search_lengths=2",
-                      "--eval_lengths=1,2")
-    row = [line for line in proc.stdout.splitlines() if line.startswith("| 2L |")][0]
-    assert row.endswith("| 0.0% |")  # the same length: nothing shared
+    assert torch.equal(w[:, 1:], torch.from_numpy(np.stack([ds.tokens["val"][o + 1:o + 65] for o in offsets]).astype(np.int64)))
+    proc = run_script("tools/overlap.py", f"--dataset={tiny_dataset}", "--L=32", "--search_lengths=2,4",
+                      "--eval_lengths=1,2,4")
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("| search at", "| monitor at"))]
+    assert len(rows) == 3 and all(line.count("0.0% / 0.0%") == 3 for line in rows), proc.stdout
+
+
+def test_headscale_rows_stay_inside_one_document(tiny_dataset):
+    """get_batch(within_documents=True), HeadScale's sampler: no row crosses a file boundary, as
+    no evaluation window does; reproducible; a length no document holds is one clear error."""
+    ds = Dataset(str(tiny_dataset), bos=True)
+    names, starts, lengths = ds.docs("train")
+    n = int(lengths.min()) + 50  # longer than the shortest documents: they can hold no row
+    for seed in range(5):
+        g = torch.Generator().manual_seed(seed)
+        ix = ds._starts_within_documents("train", 64, n + 1, g)
+        d = np.searchsorted(starts, ix, side="right") - 1
+        assert (np.array(ix) + n + 1 <= starts[d] + lengths[d]).all()  # the row's n + 1 tokens in document d
+        x, y = ds.get_batch("train", 8, n, torch.Generator().manual_seed(seed), within_documents=True)
+        x2, _ = ds.get_batch("train", 8, n, torch.Generator().manual_seed(seed), within_documents=True)
+        assert torch.equal(x, x2) and (x[:, 0] == ds.bos_id).all() and x.shape == (8, n)
+    with pytest.raises(UserError, match="no train document holds"):
+        ds.get_batch("train", 2, int(lengths.max()) + 5, torch.Generator(), within_documents=True)

@@ -24,17 +24,24 @@ def test_a_hybrid_of_all_rope_layers_is_rope_and_of_none_is_nope_bit_for_bit():
 
 
 @pytest.mark.parametrize("explicit", [False, True])
-def test_a_windowed_rope_layer_never_reads_past_its_window_but_the_start_token(explicit):
+def test_a_windowed_rope_layer_never_reads_past_its_window_not_even_the_start_token(explicit):
+    """Cohere's windowed RoPE layers have no sink: with the start token, key 0 would sit at a
+    query-key distance never seen in training. The same W visible keys then give the same output
+    at a short and at a long position (RoPE sees only distances < W)."""
     W, T = 5, 30
     model = make("rope", n_layer=1, nope_every=2, rope_window=W, bos=True)  # its one layer is RoPE, windowed
     x = tokens(B=1, T=T)
     out = model(x, x, explicit=explicit)[0]
     far = x.clone()
-    far[0, 1:T - W] = (far[0, 1:T - W] + 1) % V  # every key outside the last query's window but the first
+    far[0, :T - W] = (far[0, :T - W] + 1) % V  # every key outside the last query's window, the first too
     assert torch.allclose(model(far, far, explicit=explicit)[0][0, -1], out[0, -1], atol=1e-6)
+    short = torch.cat([x[:, :1], x[:, T - W:]], 1)  # the same last W tokens at positions 1..W
+    assert torch.allclose(model(short, short, explicit=explicit)[0][0, -1], out[0, -1], atol=1e-5)
+    # a hybrid's NoPE layer is global and keeps the start token
+    hybrid = make("rope", n_layer=2, nope_every=2, rope_window=W, bos=True)
     first = x.clone()
-    first[0, 0] = (first[0, 0] + 1) % V  # the start token's slot stays visible (the sink)
-    assert not torch.allclose(model(first, first, explicit=explicit)[0][0, -1], out[0, -1])
+    first[0, 0] = (first[0, 0] + 1) % V
+    assert not torch.allclose(hybrid(first, first, explicit=explicit)[0][0, -1], hybrid(x, x, explicit=explicit)[0][0, -1])
 
 
 def test_llama4_temperature_by_hand_at_L_minus_1_L_and_2L():

@@ -145,6 +145,21 @@ def test_ddp_two_cpu_processes(tiny_dataset, tmp_path):
     assert summary["processes"] == 2 and summary["steps"] == 10
 
 
+def test_a_loss_gone_non_finite_under_ddp_ends_every_process_in_one_line(tiny_dataset, tmp_path):
+    """Both ranks stop at the same step (finite_everywhere), each with one error line and exit 2,
+    and tear the process group down first: no gloo abort ("terminate called"), run after run."""
+    for run in range(2):
+        proc = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
+                          f"--dataset={tiny_dataset}", f"--out_dir={tmp_path / str(run)}", *TINY_TRAIN,
+                          "--max_iters=20", "--eval_interval=20", "--learning_rate=1e30", "--grad_clip=0",
+                          timeout=240, check=False)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode != 0 and len(errors) == 2 and all("not finite" in e or "loss is" in e for e in errors)
+        assert "terminate called" not in proc.stderr + proc.stdout
+        assert proc.stderr.count("exitcode  : 2") + proc.stderr.count("exitcode : 2") >= 1, proc.stderr[-2000:]
+        assert not (tmp_path / str(run) / "ckpt.pt").exists()
+
+
 def test_fine_tuning_keeps_train_len_the_model_L(tiny_dataset, tmp_path):
     run_script("train.py", f"--dataset={tiny_dataset}", f"--out_dir={tmp_path / 'a'}", *TINY_TRAIN, "--max_iters=2",
                "--eval_interval=2")
@@ -156,3 +171,36 @@ def test_fine_tuning_keeps_train_len_the_model_L(tiny_dataset, tmp_path):
     assert (s["train_len"], s["seq_len"]) == (32, 64) and s["bos"]  # train_len means L, as in results.json
     proc = run_script("train.py", *tune, "--overwrite", "--bos=false", check=False)  # never silently mixed
     assert proc.returncode == 2 and "trained with the start token; pass --bos=true" in proc.stderr
+
+
+class AlwaysOverflows:
+    """A float16 gradient scaler, as on a card, whose every step overflows: it skips the step and
+    halves its scale (what torch.amp.GradScaler does on inf or nan gradients)."""
+
+    def __init__(self):
+        self.scale_now = 2.0 ** 16
+
+    def get_scale(self):
+        return self.scale_now
+
+    def scale(self, loss):
+        return loss * self.scale_now
+
+    def step(self, optimizer):
+        optimizer.zero_grad(set_to_none=True)  # nothing applied
+
+    def update(self):
+        self.scale_now /= 2
+
+
+def test_a_float16_fit_whose_every_step_overflows_says_so(tiny_dataset, monkeypatch, capsys):
+    import search_scales
+    from data import Dataset
+    from test_model import make
+    model = make("nope", bos=True, vocab_size=Dataset(str(tiny_dataset)).vocab_size, n_layer=1)
+    ds = Dataset(str(tiny_dataset), bos=True)
+    cfg = search_scales.SearchConfig(steps=6, log_interval=100, fit_batch_size=2)
+    monkeypatch.setattr(search_scales, "grad_scaler", lambda dtype: AlwaysOverflows())
+    lam, log = search_scales.fit_at(model, ds, cfg, 16, 1.3, torch.autocast("cpu", enabled=False), "cpu", "float16")
+    assert torch.equal(lam, torch.full((1, 4), 1.3)) and all(row["skipped"] for row in log)
+    assert "6 of 6 steps skipped (float16 overflow: lambda never moved from its start)" in capsys.readouterr().out

@@ -210,8 +210,12 @@ def main():
             raise UserError(f"{r} holds no finished study (eval/results.json missing); run reproduce.py first")
     per_run = {r: check_run(r) for r in runs}
     keys = sorted({k for f in per_run.values() for k in f})
+    protocols = {r: read_json(os.path.join(r, "eval", "results.json")).get("protocol") for r in runs}
     summary = {"recipe": cfg.name or os.path.basename(os.path.normpath(runs[0])), "runs": runs, "findings": {},
-               "measures": {}}
+               "measures": {}, "protocols": protocols}
+    if len(set(protocols.values())) > 1:  # evaluate.PROTOCOL: what a measurement means
+        print("these runs were measured under different protocols: "
+              + ", ".join(f"{r}: protocol {p}" for r, p in protocols.items()))
     for k in keys:
         got = [per_run[r][k] for r in runs if k in per_run[r]]
         summary["findings"][k] = {"holds": all(ok for ok, _ in got), "evidence": [e for _, e in got]}

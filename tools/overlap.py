@@ -1,15 +1,17 @@
 """
-How much text the scale search's windows share with the evaluation's, length by length.
+What the scale search and train.py's validation monitor read of the text the evaluation scores.
 
     python tools/overlap.py --dataset=pystdlib_bpe2048 --L=128       # the cpu preset
     python tools/overlap.py --dataset=pystdlib --L=512               # the gpu preset
 
-search_scales.py chooses lambda on the validation split's "search" windows and evaluate.py
-scores its "eval" windows (data.Dataset.windows): at one length they are disjoint by
-construction, but the slots of each length are cut on their own, so a search window of 4L can
-hold text an eval window of 2L scores. For every (search length, eval length) this prints the
-share of the eval windows' target tokens that some search window also holds as a target, with
-both scripts' default seeds and window counts. Writes nothing but its table (stdout).
+search_scales.py chooses lambda on the validation split's "search" windows, train.py's monitor
+reads its own windows of L there too, and evaluate.py scores the "eval" windows
+(data.Dataset.windows). Under protocol 3 (evaluate.PROTOCOL) the two subsets are cut from
+documents of their own (data.doc_sides), so every share below is 0.0%. For each reader (the
+grid at each search length, the monitor at L) and each evaluation length, this prints the share
+of the eval windows' target tokens that the reader's windows hold (as input or target), and the
+share of eval windows whose document the reader reads at all; with every script's default seeds
+and window counts. Writes nothing but its table (stdout).
 """
 
 import sys
@@ -24,6 +26,7 @@ from data import Dataset  # noqa: E402
 from evaluate import EvalConfig, length_name  # noqa: E402
 from search_scales import SearchConfig  # noqa: E402
 from tools.cli import UserError, parse_config, run_main  # noqa: E402
+from train import VAL_SEED, TrainConfig  # noqa: E402
 
 
 @dataclass
@@ -34,12 +37,19 @@ class OverlapConfig:
     eval_lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])  # evaluate's lengths
 
 
-def targets(ds, n, count, seed, subset):
-    """A mask over the validation split: True where a window of n positions scores a target."""
+def tokens(ds, n, count, seed, subset, scored=False):
+    """A mask over the validation split: True where a window of n positions reads a token (all of
+    it, o..o+n) or, with scored=True, scores one (its targets, o+1..o+n)."""
     mask = np.zeros(len(ds.tokens["val"]) + 1, dtype=bool)
     for o in ds.window_offsets(n, count, seed, "val", subset):
-        mask[o + 1:o + n + 1] = True  # window tokens o..o+n; targets o+1..o+n
+        mask[o + (1 if scored else 0):o + n + 1] = True
     return mask
+
+
+def documents(ds, n, count, seed, subset):
+    """The indices of the documents that windows of n positions come from."""
+    _, starts, _ = ds.docs("val")
+    return set(np.searchsorted(starts, ds.window_offsets(n, count, seed, "val", subset), side="right") - 1)
 
 
 def main():
@@ -47,16 +57,25 @@ def main():
     if cfg.L <= 0:
         raise UserError(f"--L must be > 0, got {cfg.L}")
     ds = Dataset(cfg.dataset, bos=True)
-    search, ev = SearchConfig(), EvalConfig()
-    evals = {k: targets(ds, int(k * cfg.L), ev.windows, ev.seed, "eval") for k in cfg.eval_lengths}
-    print(f"{ds.name}, L = {cfg.L}: share of the eval windows' targets that search windows also score "
-          f"({ev.windows} windows a length each, seeds {search.seed} and {ev.seed})\n")
-    print("| search at | " + " | ".join(f"eval at {length_name(k)}" for k in cfg.eval_lengths) + " |")
+    search, ev, tr = SearchConfig(), EvalConfig(), TrainConfig()
+    evals = {k: (tokens(ds, int(k * cfg.L), ev.windows, ev.seed, "eval", scored=True),
+                 ds.window_offsets(int(k * cfg.L), ev.windows, ev.seed, "val", "eval")) for k in cfg.eval_lengths}
+    readers = {f"search at {length_name(s)}": (int(s * cfg.L), search.windows, search.seed)
+               for s in cfg.search_lengths}
+    readers["monitor at 1L"] = (cfg.L, tr.val_windows, VAL_SEED)
+    _, starts, _ = ds.docs("val")
+    print(f"{ds.name}, L = {cfg.L}: what each reader of the search documents shares with the eval windows "
+          f"({ev.windows} a length, seed {ev.seed}): their target tokens it reads / their documents it reads\n")
+    print("| reader | " + " | ".join(f"eval at {length_name(k)}" for k in cfg.eval_lengths) + " |")
     print("|---|" + "---:|" * len(cfg.eval_lengths))
-    for s in cfg.search_lengths:
-        mask = targets(ds, int(s * cfg.L), search.windows, search.seed, "search")
-        print(f"| {length_name(s)} | " + " | ".join(f"{(mask & evals[k]).sum() / evals[k].sum():.1%}"
-                                                  for k in cfg.eval_lengths) + " |")
+    for name, (n, count, seed) in readers.items():
+        mask, docs = tokens(ds, n, count, seed, "search"), documents(ds, n, count, seed, "search")
+        cells = []
+        for k in cfg.eval_lengths:
+            targets, offsets = evals[k]
+            in_docs = np.isin(np.searchsorted(starts, offsets, side="right") - 1, list(docs)).mean()
+            cells.append(f"{(mask & targets).sum() / targets.sum():.1%} / {in_docs:.1%}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ is skipped with one line saying what is missing.
 """
 
 import csv
+import math
 import os
 import re
 import sys
@@ -197,6 +198,7 @@ def draw_eval(eval_dir, search_dir=""):
     families(F, results)
     position_loss(F, results, pos)
     entropy_layers(F, results, ent)
+    modern_families(F, results)
     entropy_modern(F, results, ent)
     if search_dir:
         search_figures(F, search_dir, ent)
@@ -292,11 +294,16 @@ FAMILIES = {  # figure -> (title, which rows)
                                   lambda n: n == "nope" or slope_row(n) or n in ("nope_uniform_4L", "nope_headscale_4L")),
     "loss_start_token.png": ("NoPE with and without the start token, RoPE",
                              lambda n: n in ("nope", "nope_notoken", "rope")),
-    "loss_modern.png": ("NoPE as used since the paper: hybrid RoPE/NoPE layers, DroPE",
-                        lambda n: n in ("nope", "rope", "nope_headscale_4L", "hybrid", "hybrid_llama4", "hybrid_swa",
-                                        "hybrid_headscale_4L", "drope_zeroshot", "drope_short", "drope",
-                                        "drope_uniform_4L", "drope_headscale_4L")),
 }
+
+# loss_modern.png: one column per recipe, each model beside its best remedy and its own reference
+MODERN = (("NoPE (the paper)", "nope", ("nope_uniform_4L", "nope_headscale_4L")),
+          ("hybrid: every 4th layer NoPE\n(Llama 4, SmolLM3)", "hybrid",
+           ("hybrid_llama4", "hybrid_uniform_4L", "hybrid_headscale_4L")),
+          ("hybrid_swa: RoPE layers windowed\n(Cohere)", "hybrid_swa",
+           ("hybrid_swa_llama4", "hybrid_swa_uniform_4L", "hybrid_swa_headscale_4L")),
+          ("DroPE: RoPE dropped, recalibrated", "drope",
+           ("drope_zeroshot", "drope_short", "drope_uniform_4L", "drope_headscale_4L")))
 
 
 def families(F, results):
@@ -308,8 +315,6 @@ def families(F, results):
         if len(rows) < 2 or fn == "loss_length_following.png" and not any(slope_row(n) for n in rows):
             F.skip(fn, "fewer than two of its rows" if len(rows) < 2 else "no length-following rows (--slopes)")
             continue
-        if fn == "loss_modern.png" and not any(n.startswith(("hybrid", "drope")) for n in rows):
-            continue  # drawn only for a study run with --modern: not missing from any other
         fig, axes = F.plt.subplots(1, 2, figsize=(11, 4))
         refs = {ref for n in rows for ref in [reference_of(results, n)] if ref}
         for name in rows + sorted(refs):
@@ -332,6 +337,41 @@ def families(F, results):
         fig.suptitle(title)
         fig.tight_layout()
         F.save(fig, fn)
+
+
+def modern_families(F, results):
+    """loss_modern.png: for each recipe of reproduce.py --modern, its model (blue), its best remedy
+    (green: the lowest excess at 4L among its other rows) and the same model reading its last L
+    (grey, dotted): mean loss above, excess below, the panels of a row on one scale."""
+    L, methods = results["train_len"], results["methods"]
+    families = [(t, base, [r for r in more if r in methods]) for t, base, more in MODERN if base in methods]
+    if not any(base != "nope" for _, base, _ in families):
+        return None  # drawn only for a study run with --modern
+    lengths = sorted({n for m in methods.values() for n in m["lengths"]})
+    fig, axes = F.plt.subplots(2, len(families), figsize=(3.6 * len(families), 6.4), sharey="row", squeeze=False)
+    for col, (title, base, remedies) in enumerate(families):
+        at = 4 * L if 4 * L in lengths else lengths[-1]
+        best = min(remedies, key=lambda r: excess(results, r).get(at, math.inf), default=None)
+        ref = reference_of(results, base)
+        for name, color, ls, marker in ((base, BLUE, "-", "o"), (best, GREEN, "--", "^"), (ref, "gray", ":", None)):
+            if name is None:
+                continue
+            m, kw = methods[name], dict(color=color, ls=ls, marker=marker, lw=1.5, ms=4, label=style(name)["label"])
+            axes[0, col].plot(m["lengths"], m["loss"], **kw)
+            ex = excess(results, name)
+            if ex:
+                axes[1, col].plot(sorted(ex), [ex[x] for x in sorted(ex)], **kw)
+        axes[1, col].axhline(0, color=BLACK, ls=":", lw=1)
+        axes[0, col].set_title(title, fontsize=9)
+        for row in (0, 1):
+            length_axis(axes[row, col], L, lengths)
+            axes[row, col].legend(loc="upper left", fontsize=7, frameon=False)
+        axes[1, col].set_xlabel("evaluation length n")
+    axes[0, 0].set_ylabel("mean loss (nats per token)")
+    axes[1, 0].set_ylabel("excess over itself reading its last L")
+    fig.suptitle("NoPE as used since the paper: each recipe, its best remedy (at 4L) and its own last-L reading")
+    fig.tight_layout()
+    F.save(fig, "loss_modern.png")
 
 
 def position_loss(F, results, pos):

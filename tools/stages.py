@@ -79,12 +79,15 @@ class Stages:
     """Runs `python cmd...` per stage unless it finished before with the same inputs and its
     outputs exist."""
 
-    def __init__(self, out_dir, force):
+    def __init__(self, out_dir, force, device="auto"):
         self.study = os.path.abspath(out_dir)
         self.dir, self.seconds = os.path.join(self.study, "stages"), {}
         self.rerun = "--force" if force else None  # why every later stage runs
+        self.device = device  # given to every script that takes --device, when not auto
 
     def run(self, name, cmd, outputs, before=None):
+        if self.device != "auto" and cmd[0] in SECTIONS:
+            cmd = [*cmd, f"--device={self.device}"]
         stamp = os.path.join(self.dir, f"{name}.json")
         done = read_json(stamp) if os.path.exists(stamp) else None
         now = fingerprint(cmd, self.study)
