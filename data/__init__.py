@@ -305,7 +305,10 @@ def doc_sides(doc_names, doc_lengths):
 
 def eval_windows(doc_names, doc_lengths, length):
     """How many windows of `length` positions Dataset.windows can give the "eval" subset: the
-    non-overlapping windows inside its documents (a window takes length + 1 tokens)."""
+    non-overlapping windows inside its documents (a window takes length + 1 tokens; one document
+    is read as two halves, as Dataset.docs does)."""
+    if len(doc_lengths) == 1:
+        doc_names, doc_lengths = ["first", "second"], [doc_lengths[0] // 2, doc_lengths[0] - doc_lengths[0] // 2]
     side = doc_sides(doc_names, doc_lengths)
     return int(sum(max((n - 1) // length, 0) for n, s in zip(doc_lengths, side) if s == 0))
 
@@ -425,8 +428,16 @@ class Dataset:
         return xy
 
     def docs(self, split):
+        """The split's documents: names, first token's index, lengths. A validation split of one
+        document (a single file's last 10%) is read as its two halves, so that protocol 3 can give
+        one to the scale search and one to the evaluation (doc_sides)."""
         s = self.meta["splits"][split]
-        return s["doc_names"], np.array(s["doc_starts"], dtype=np.int64), np.array(s["doc_lengths"], dtype=np.int64)
+        names, starts, lengths = s["doc_names"], s["doc_starts"], s["doc_lengths"]
+        if split == "val" and len(names) == 1:
+            half = lengths[0] // 2
+            names, starts, lengths = [f"{names[0]} (first half)", f"{names[0]} (second half)"], \
+                [starts[0], starts[0] + half], [half, lengths[0] - half]
+        return names, np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64)
 
     def get_batch(self, split, batch_size, block_size, generator, device="cpu", within_documents=False):
         """Random rows of block_size positions anywhere in the split (nanoGPT's sampler): inputs

@@ -431,3 +431,18 @@ def test_headscale_rows_stay_inside_one_document(tiny_dataset):
         assert torch.equal(x, x2) and (x[:, 0] == ds.bos_id).all() and x.shape == (8, n)
     with pytest.raises(UserError, match="no train document holds"):
         ds.get_batch("train", 2, int(lengths.max()) + 5, torch.Generator(), within_documents=True)
+
+
+def test_a_validation_split_of_one_document_is_read_as_two_halves(tmp_path):
+    """A single file's validation text is one document: protocol 3 gives one half to the search
+    and train.py's monitor, the other to the evaluation."""
+    from data import eval_windows
+    text = "".join(f"line {i} of one file\n" for i in range(400))
+    write_dataset(tmp_path / "one", [("a.txt", text)], [("a.txt", text)], CharTokenizer.from_texts([text]),
+                  {"corpus": "test"})
+    ds = Dataset(str(tmp_path / "one"))
+    names, starts, lengths = ds.docs("val")
+    assert len(names) == 2 and lengths.sum() == len(ds.tokens["val"]) and starts[1] == starts[0] + lengths[0]
+    ev, se = ds.window_offsets(100, 1000, subset="eval"), ds.window_offsets(100, 1000, subset="search")
+    assert len(ev) and len(se) and (max(ev) + 101 <= starts[1] or min(ev) >= starts[1])
+    assert eval_windows([names[0]], [int(lengths.sum())], 100) == len(ev)
