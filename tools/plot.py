@@ -302,8 +302,7 @@ MODERN = (("NoPE (the paper)", "nope", ("nope_uniform_4L", "nope_headscale_4L"))
            ("hybrid_llama4", "hybrid_uniform_4L", "hybrid_headscale_4L")),
           ("hybrid_swa: RoPE layers windowed\n(Cohere)", "hybrid_swa",
            ("hybrid_swa_llama4", "hybrid_swa_uniform_4L", "hybrid_swa_headscale_4L")),
-          ("DroPE: RoPE dropped, recalibrated", "drope",
-           ("drope_zeroshot", "drope_short", "drope_uniform_4L", "drope_headscale_4L")))
+          ("DroPE: RoPE dropped, recalibrated", "drope", ("drope_uniform_4L", "drope_headscale_4L")))
 
 
 def families(F, results):
@@ -341,8 +340,9 @@ def families(F, results):
 
 def modern_families(F, results):
     """loss_modern.png: for each recipe of reproduce.py --modern, its model (blue), its best remedy
-    (green: the lowest excess at 4L among its other rows) and the same model reading its last L
-    (grey, dotted): mean loss above, excess below, the panels of a row on one scale."""
+    (green: the lowest loss at 4L among the same weights with Llama 4's temperature, the uniform
+    lambda or HeadScale) and the same model reading its last L (grey, dotted): mean loss above,
+    excess below, the panels of a row on one scale."""
     L, methods = results["train_len"], results["methods"]
     families = [(t, base, [r for r in more if r in methods]) for t, base, more in MODERN if base in methods]
     if not any(base != "nope" for _, base, _ in families):
@@ -351,7 +351,8 @@ def modern_families(F, results):
     fig, axes = F.plt.subplots(2, len(families), figsize=(3.6 * len(families), 6.4), sharey="row", squeeze=False)
     for col, (title, base, remedies) in enumerate(families):
         at = 4 * L if 4 * L in lengths else lengths[-1]
-        best = min(remedies, key=lambda r: excess(results, r).get(at, math.inf), default=None)
+        best = min(remedies, key=lambda r: dict(zip(methods[r]["lengths"], methods[r]["loss"])).get(at, math.inf),
+                   default=None)
         ref = reference_of(results, base)
         for name, color, ls, marker in ((base, BLUE, "-", "o"), (best, GREEN, "--", "^"), (ref, "gray", ":", None)):
             if name is None:
@@ -369,7 +370,7 @@ def modern_families(F, results):
         axes[1, col].set_xlabel("evaluation length n")
     axes[0, 0].set_ylabel("mean loss (nats per token)")
     axes[1, 0].set_ylabel("excess over itself reading its last L")
-    fig.suptitle("NoPE as used since the paper: each recipe, its best remedy (at 4L) and its own last-L reading")
+    fig.suptitle("NoPE as used since the paper: each recipe, its best remedy at 4L, and itself reading its last L")
     fig.tight_layout()
     F.save(fig, "loss_modern.png")
 
