@@ -128,8 +128,6 @@ def train(cfg, ddp, rank, world, device):
     ctx = autocast(device, dtype)
     scaler = grad_scaler(dtype)  # float16 only; otherwise its calls do nothing
     torch.manual_seed(cfg.seed)
-    if device.startswith("cuda"):  # TF32 matmuls where float32 is asked for (Ampere and later)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
     log_path = os.path.join(cfg.out_dir, "train_log.csv")
 
@@ -139,17 +137,11 @@ def train(cfg, ddp, rank, world, device):
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
                                            device.split(":")[0])
     iter_num, best_val, log_rows = resume_state(ckpt, optimizer, scaler)  # 0, inf, [] when fresh
-    ckpt = None  # free memory
-    raw_model = model
-    if cfg.compile:
-        model = torch.compile(model)
-    if ddp:
-        model = DDP(model, device_ids=[int(device.split(":")[1])] if device.startswith("cuda") else None)
+    raw_model, model, ckpt = model, wrap(model, cfg, ddp, device), None  # ckpt freed
     passkey, n_passkey = passkey_rows(cfg, ds)  # (None, 0) unless --passkey_frac > 0
     tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * cfg.block_size
     val_windows = ds.windows(cfg.block_size, cfg.val_windows, seed=VAL_SEED, subset="search")
     if master:
-        os.makedirs(cfg.out_dir, exist_ok=True)
         describe(cfg, raw_model, ds, tokens_per_iter, n_passkey, device, dtype, world, iter_num)
 
     def evaluate_and_save():
@@ -249,8 +241,18 @@ def resume_state(ckpt, optimizer, scaler):
     return ckpt["iter_num"], ckpt["best_val_loss"], [list(r.values()) for r in ckpt.get("log", [])]
 
 
+def wrap(model, cfg, ddp, device):
+    """The model as the loop calls it: compiled (--compile), then data parallel under torchrun."""
+    if cfg.compile:
+        model = torch.compile(model)
+    if ddp:
+        model = DDP(model, device_ids=[int(device.split(":")[1])] if device.startswith("cuda") else None)
+    return model
+
+
 def describe(cfg, model, ds, tokens_per_iter, n_passkey, device, dtype, world, iter_num):
     """The run's first lines: what is trained, where, and how many passes over the text it makes."""
+    os.makedirs(cfg.out_dir, exist_ok=True)
     source = f" from {cfg.init_from}" if cfg.init_from else ""
     print(f"{cfg.pos_encoding} GPT: {model.get_num_params() / 1e6:.2f}M parameters, trained at length "
           f"{cfg.block_size}{source}, {'with' if cfg.bos else 'without'} the start token, "
@@ -465,6 +467,8 @@ def make_model(cfg, ckpt_path, world):
 def start_processes(cfg):
     """One process, or one per card under torchrun (DDP: each takes cuda:LOCAL_RANK, nccl; or the
     CPU with --device=cpu, gloo). Returns (ddp, rank, world, device)."""
+    if torch.cuda.is_available():  # TF32 matmuls where float32 is asked for (Ampere and later)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if int(os.environ.get("RANK", -1)) == -1:
         return False, 0, 1, pick_device(cfg.device)
     rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])

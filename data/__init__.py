@@ -303,12 +303,21 @@ def doc_sides(doc_names, doc_lengths):
     return side
 
 
+def val_documents(names, starts, lengths):
+    """The validation documents as protocol 3 divides them: as recorded, but one document (a
+    single file's last 10%) is read as its two halves, so each side (doc_sides) gets one."""
+    if len(names) != 1:
+        return list(names), list(starts), list(lengths)
+    half = lengths[0] // 2
+    return ([f"{names[0]} (first half)", f"{names[0]} (second half)"], [starts[0], starts[0] + half],
+            [half, lengths[0] - half])
+
+
 def eval_windows(doc_names, doc_lengths, length):
     """How many windows of `length` positions Dataset.windows can give the "eval" subset: the
     non-overlapping windows inside its documents (a window takes length + 1 tokens; one document
     is read as two halves, as Dataset.docs does)."""
-    if len(doc_lengths) == 1:
-        doc_names, doc_lengths = ["first", "second"], [doc_lengths[0] // 2, doc_lengths[0] - doc_lengths[0] // 2]
+    doc_names, _, doc_lengths = val_documents(doc_names, [0] * len(doc_lengths), doc_lengths)
     side = doc_sides(doc_names, doc_lengths)
     return int(sum(max((n - 1) // length, 0) for n, s in zip(doc_lengths, side) if s == 0))
 
@@ -428,15 +437,12 @@ class Dataset:
         return xy
 
     def docs(self, split):
-        """The split's documents: names, first token's index, lengths. A validation split of one
-        document (a single file's last 10%) is read as its two halves, so that protocol 3 can give
-        one to the scale search and one to the evaluation (doc_sides)."""
+        """The split's documents: names, first token's index, lengths (the validation split as
+        val_documents reads it)."""
         s = self.meta["splits"][split]
         names, starts, lengths = s["doc_names"], s["doc_starts"], s["doc_lengths"]
-        if split == "val" and len(names) == 1:
-            half = lengths[0] // 2
-            names, starts, lengths = [f"{names[0]} (first half)", f"{names[0]} (second half)"], \
-                [starts[0], starts[0] + half], [half, lengths[0] - half]
+        if split == "val":
+            names, starts, lengths = val_documents(names, starts, lengths)
         return names, np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64)
 
     def get_batch(self, split, batch_size, block_size, generator, device="cpu", within_documents=False):
