@@ -4,12 +4,14 @@ nanoNoPE model: a GPT with *no* position encoding (NoPE), the model of Wang, Ji 
 
 It is nanoGPT's GPT-2 (pre-LayerNorm blocks, GELU MLP, tied embeddings) with the position
 embedding `wpe` removed: the causal mask alone tells a token where it is. Everything the paper
-changes inside the model is one multiply in CausalSelfAttention:
+changes inside the model is one factor on the attention logits in CausalSelfAttention:
 
-    q = q * lam          # softmax(lam_h q.k / sqrt(d)): one lam per head (UniformScale, HeadScale)
+    softmax(lam_h(i) q_i.k_j / sqrt(d))   # one lam per head (UniformScale, HeadScale)
 
 lam comes from query_scale() below (piece T1), a buffer of ones until search_scales.py fills it.
-The written-out softmax that measures attention entropy (piece T2) is written_out_attention().
+The fast path folds it into q (q = q * lam, then SDPA); the written-out softmax that measures
+attention entropy (piece T2, written_out_attention()) multiplies the logits, as the equation
+reads. A test holds the two equal.
 Read the file from the top: the paper's GPT first; below the line "Beyond the paper" come the
 RoPE baseline and its extensions (PI, NTK-aware, YaRN), sliding windows, the hybrids of RoPE and
 NoPE layers and Llama 4's temperature (docs/modern.md), and checkpoints.
@@ -122,17 +124,17 @@ class CausalSelfAttention(nn.Module):
         v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
         if rope is not None and self.use_rope:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        # The paper's method: softmax(lam q.k / sqrt(d)) = softmax((lam q).k / sqrt(d)), so lam
-        # is folded into q and SDPA stays the fast path.
+        # The paper's method: softmax(lam q.k / sqrt(d)), lam per head and query position
         lam = query_scale(self.head_scale, self.head_slope, T, self.block_size)    # (1, nh, T|1, 1)
         if temp is not None and not self.use_rope:  # Llama 4's temperature: NoPE layers only
             lam = lam * temp                                                        # (1, nh, T, 1)
-        # the product in float32, then back to q's dtype: lam.to(bfloat16) would round lam itself
-        # (1.15 -> 1.1484, steps of 0.0078: coarser than HeadScale's late updates)
-        q = (q.float() * lam).to(q.dtype)                                           # (B, nh, T, hs)
         if self.rope_window:  # a hybrid's windowed RoPE layer: the narrower of the two windows
             window = min(window or self.rope_window, self.rope_window)
         if explicit is None:
+            # softmax(lam q.k / sqrt(d)) = softmax((lam q).k / sqrt(d)): lam folded into q, so
+            # SDPA stays the fast path. The product in float32, then back to q's dtype:
+            # lam.to(bfloat16) would round lam itself (1.15 -> 1.1484, steps of 0.0078)
+            q = (q.float() * lam).to(q.dtype)                                       # (B, nh, T, hs)
             mask = None if window is None else window_mask(T, window, x.device, self.sink)
             dropout_p = self.dropout if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
@@ -140,26 +142,30 @@ class CausalSelfAttention(nn.Module):
         else:
             if self.training and self.dropout > 0:
                 raise ValueError("the written-out softmax measures: call model.eval() first")
-            y, entropy = written_out_attention(q, k, v, window, self.sink, explicit.chunk)
+            y, entropy = written_out_attention(q, k, v, lam, window, self.sink, explicit.chunk)
             if explicit.entropy is not None:
                 explicit.entropy.append(entropy)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
         return self.resid_dropout(self.c_proj(y))
 
 
-def written_out_attention(q, k, v, window=None, sink=False, chunk=256):
+def written_out_attention(q, k, v, lam=None, window=None, sink=False, chunk=256):
     """Piece T2: causal attention with the softmax written out, and its entropy in bits.
 
-        a_ij = softmax_j(q_i.k_j / sqrt(d)) over the keys j <= i,   y_i = sum_j a_ij v_j
+        a_ij = softmax_j(lam_i q_i.k_j / sqrt(d)) over the keys j <= i,   y_i = sum_j a_ij v_j
         H_i  = -sum_j a_ij log2 a_ij   (bits; log2 i when query i attends evenly to its i keys)
 
-    The paper ties NoPE's failure past L to this entropy growing ("distraction"); the authors'
-    code measures it in bits, per layer, head and position, as here.
-    q, k, v (B, nh, T, hs), lambda already folded into q. window / sink: see window_mask.
-    Queries go `chunk` at a time, so memory holds at most a (B, nh, chunk, T) slice of the
-    attention matrix. Scores and softmax in float32 (flash attention keeps its scores so too).
+    lam scales the logits of query i before the softmax (the paper's temperature: lam > 1
+    sharpens attention), on q's side only; the keys are never scaled. The paper ties NoPE's
+    failure past L to this entropy growing ("distraction"); the authors' code measures it in
+    bits, per layer, head and position, as here.
+    q, k, v (B, nh, T, hs). lam: query_scale's (1, nh, 1, 1) or (1, nh, T, 1), None for 1.
+    window / sink: see window_mask. Queries go `chunk` at a time, so memory holds at most a
+    (B, nh, chunk, T) slice of the attention matrix. Scores and softmax in float32 (flash
+    attention keeps its scores so too); never SDPA, whose softmax cannot be read.
     Returns y (B, nh, T, hs) in v's dtype and the entropy (B, nh, T) in float32."""
     B, nh, T, hs = q.shape
+    lam = torch.ones(1, 1, 1, 1, device=q.device) if lam is None else lam.float()  # (1, nh, T|1, 1)
     y = torch.empty_like(q)
     entropy = torch.empty(B, nh, T, device=q.device, dtype=torch.float32)
     for s in range(0, T, chunk):
@@ -167,7 +173,9 @@ def written_out_attention(q, k, v, window=None, sink=False, chunk=256):
         # keys before lo are outside every window of queries s..e-1: skipped (a sink keeps key 0)
         lo = max(0, s - window + 1) if window is not None and not sink else 0
         with torch.autocast(q.device.type, enabled=False):
-            att = (q[:, :, s:e].float() @ k[:, :, lo:e].float().transpose(-2, -1)) / math.sqrt(hs)
+            att = q[:, :, s:e].float() @ k[:, :, lo:e].float().transpose(-2, -1)  # (B,nh,e-s,e-lo)
+        lam_i = lam[:, :, s:e] if lam.size(2) > 1 else lam              # (1, nh, e-s|1, 1)
+        att = att * lam_i / math.sqrt(hs)                                 # lam_i q_i.k_j / sqrt(d)
         allowed = window_mask(e, window, q.device, sink, start=s, lo=lo)  # (e-s, e-lo)
         att = att.masked_fill(~allowed, float("-inf"))                    # (B, nh, e-s, e-lo)
         att = F.softmax(att, dim=-1)                                      # fp32

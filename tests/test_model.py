@@ -365,12 +365,13 @@ def todays_attention(self, x, rope=None, temp=None, window=None, explicit=None):
     q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
     if rope is not None:
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    q = q * self.head_scale.view(1, nh, 1, 1).to(q.dtype)
+    lam = self.head_scale.view(1, nh, 1, 1)
     if explicit is None:
+        q = (q.float() * lam).to(q.dtype)
         mask = None if window is None else window_mask(T, window, x.device, self.sink)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=window is None)
     else:
-        y = written_out_attention(q, k, v, window, self.sink, explicit.chunk)[0]
+        y = written_out_attention(q, k, v, lam, window, self.sink, explicit.chunk)[0]
     return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 

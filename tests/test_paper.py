@@ -8,9 +8,16 @@ the project's code, on random inputs (sizes and seeds vary, so no constant passe
   T5 search_scales.py:fit_head_scales  HeadScale: lambda alone fitted, clamp after every step
   T6 evaluate.py:last_L_losses, evaluate.py:excess   the last-L reference and a row's excess
 
-Test names begin with their piece (test_T1_...), so `pytest -k T3` runs one piece."""
+Test names begin with their piece (test_T1_...), so `pytest -k T3` runs one piece. Every seed
+is offset by the environment variable NANONOPE_SEED (0 when unset): tools/classroom.py's grader
+sets it from a teacher's secret, so a grade cannot be passed by reading these tests' numbers.
+Each check says in words what it found (the grader prints the first failing one), and where a
+known mistake explains the result, names it."""
 
+import importlib.util
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,11 +30,28 @@ from search_scales import fit_head_scales, fit_log_law, uniform_scale
 from test_model import V, make, reference_attention, tokens
 from train import cosine_lr
 
-SEEDS = range(5)
+SEED = int(os.environ.get("NANONOPE_SEED", "0"))  # the grader's variation; 0: the public seeds
+SEEDS = [SEED + k for k in range(5)]
 
 
 def rng(seed):
     return torch.Generator().manual_seed(seed)
+
+
+def reference(path, name):
+    """The project's own version of path:name, which tools/classroom.py keeps aside (the folder
+    NANONOPE_REFERENCE) when it grades a submission's; None when the tests run on the project."""
+    folder = os.environ.get("NANONOPE_REFERENCE")
+    if not folder or not (Path(folder) / path).exists():
+        return None
+    spec = importlib.util.spec_from_file_location(f"reference_{Path(path).stem}", Path(folder) / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def close(a, b, atol):
+    return a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol)
 
 
 # -----------------------------------------------------------------------------
@@ -46,11 +70,18 @@ def test_T1_query_scale_is_the_law_by_hand(seed):
     T = L + int(torch.randint(1, 5 * L, (1,), generator=g))
     s, a = torch.rand(nh, generator=g) * 2 + 0.5, torch.rand(nh, generator=g) * 1.5
     lam = query_scale(s, a, T, L)
-    assert lam.shape == (1, nh, T, 1)
-    assert torch.allclose(lam[0, :, :, 0], by_hand(s.tolist(), a.tolist(), T, L), rtol=1e-5, atol=1e-6)
-    assert torch.equal(lam[0, :, :L, 0], s.view(nh, 1).expand(nh, L))  # i <= L: exactly head_scale
+    assert lam.shape == (1, nh, T, 1), f"query_scale(T={T} > L={L}) has shape {tuple(lam.shape)}, not (1, nh, T, 1)"
+    want = by_hand(s.tolist(), a.tolist(), T, L)
+    if not torch.allclose(lam[0, :, :, 0], want, rtol=1e-5, atol=1e-6):
+        no_max = torch.tensor([[sh * (1 + ah * math.log(i / L)) for i in range(1, T + 1)]
+                               for sh, ah in zip(s.tolist(), a.tolist())])
+        hint = (" (it matches ln(i / L) without max(i, L): positions before L must keep head_scale)"
+                if torch.allclose(lam[0, :, :, 0], no_max, rtol=1e-5, atol=1e-6) else "")
+        raise AssertionError(f"lam_h(i) differs from head_scale_h * (1 + a_h ln(max(i, L) / L)){hint}")
+    assert torch.equal(lam[0, :, :L, 0], s.view(nh, 1).expand(nh, L)), "positions i <= L must get exactly head_scale"
     short = query_scale(s, a, L, L)  # no position past L: one value per head
-    assert short.shape == (1, nh, 1, 1) and torch.equal(short.view(-1), s)
+    assert short.shape == (1, nh, 1, 1) and torch.equal(short.view(-1), s), \
+        "with T <= L query_scale returns head_scale itself, shape (1, nh, 1, 1)"
 
 
 def test_T1_uniform_head_scale_equals_sdpa_scale():
@@ -60,14 +91,15 @@ def test_T1_uniform_head_scale_equals_sdpa_scale():
         model = make("nope", seed=seed)
         attn = model.transformer.h[0].attn
         x = torch.randn(2, 20, 32, generator=rng(seed))
-        s, hs = 1.2 + seed * 0.2, 8
+        s, hs = 1.2 + float(torch.rand(1, generator=rng(seed))), 8
         model.set_head_scales(s)
         with torch.no_grad():
             q, k, v = attn.c_attn(x).split(32, dim=2)
             q, k, v = (t.view(2, 20, 4, hs).transpose(1, 2) for t in (q, k, v))
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=s / math.sqrt(hs))
             ref = attn.c_proj(y.transpose(1, 2).reshape(2, 20, 32))
-            assert torch.allclose(attn(x), ref, atol=1e-5)
+            assert torch.allclose(attn(x), ref, atol=1e-5), \
+                f"one lambda {s:.3f} for every head is not softmax({s:.3f} q.k / sqrt(d))"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -81,24 +113,46 @@ def test_T1_the_law_per_position_in_attention(seed):
     x = torch.randn(2, T, 32, generator=rng(seed))
     lam = by_hand(s, a, T, L)  # (nh, T)
     with torch.no_grad():
-        assert torch.allclose(attn(x), reference_attention(attn, x, lam), atol=1e-5)
-        assert torch.allclose(attn(x, explicit=Explicit()), reference_attention(attn, x, lam), atol=1e-5)
+        ref = reference_attention(attn, x, lam)
+        assert torch.allclose(attn(x), ref, atol=1e-5), "attention with lambda per head and position, fast path"
+        assert torch.allclose(attn(x, explicit=Explicit()), ref, atol=1e-5), \
+            "attention with lambda per head and position, written-out path"
 
 
 # -----------------------------------------------------------------------------
 # T2: the written-out softmax and attention entropy in bits
 
-def dense_reference(q, k, v, window, sink):
-    """Attention and entropy in float64 with a full (T, T) mask, by definition."""
+def dense_reference(q, k, v, lam, window, sink, after=False):
+    """Attention and entropy in float64 with a full (T, T) mask, by definition: softmax of
+    lam_i q_i.k_j / sqrt(d). after=True puts lam after the softmax instead (a known mistake)."""
     B, nh, T, hs = q.shape
     att = (q.double() @ k.double().transpose(-2, -1)) / math.sqrt(hs)
+    if not after:
+        att = att * lam.double()
     i, j = torch.arange(T).view(-1, 1), torch.arange(T).view(1, -1)
     allowed = j <= i
     if window is not None:
         allowed = allowed & ((j > i - window) if not sink else ((j > i - window + 1) | (j == 0)))
     p = att.masked_fill(~allowed, float("-inf")).softmax(-1)
     logp = torch.where(p > 0, p.log2(), torch.zeros_like(p))
-    return (p @ v.double()), -(p * logp).sum(-1)
+    ent = -(p * logp).sum(-1)
+    if after:
+        p = p * lam.double()
+    return p @ v.double(), ent
+
+
+def mistake(y, ent, q, k, v, lam, window, sink):
+    """Which known mistake, if any, (y, ent) matches: for the failure message."""
+    _, ref_ent = dense_reference(q, k, v, lam, window, sink)
+    if close(ent, ref_ent * math.log(2), 1e-4):
+        return " (the entropy matches nats: H is in bits, log2)"
+    for name, kw in (("lambda applied to q and k alike (lambda^2)", dict(lam=lam ** 2)),
+                     ("lambda after the softmax", dict(lam=lam, after=True)),
+                     ("lambda left out", dict(lam=torch.ones_like(lam)))):
+        ref_y, _ = dense_reference(q, k, v, window=window, sink=sink, **kw)
+        if close(y, ref_y, 1e-5):
+            return f" (it matches {name}: lambda multiplies q.k / sqrt(d) before the softmax)"
+    return ""
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -107,67 +161,88 @@ def test_T2_written_out_attention_against_a_dense_reference(seed):
     B, nh, hs = 2, int(torch.randint(1, 5, (1,), generator=g)), 8
     T = int(torch.randint(5, 60, (1,), generator=g))
     q, k, v = (torch.randn(B, nh, T, hs, generator=g) * 2 for _ in range(3))
-    for window, sink in ((None, False), (4, False), (4, True)):
-        for chunk in (3, 256):
-            y, ent = written_out_attention(q, k, v, window, sink, chunk)
-            ref_y, ref_ent = dense_reference(q, k, v, window, sink)
-            assert y.shape == (B, nh, T, hs) and ent.shape == (B, nh, T) and ent.dtype == torch.float32
-            assert torch.allclose(y.double(), ref_y, atol=1e-5)
-            assert torch.allclose(ent.double(), ref_ent, atol=1e-4)  # bits, not nats
+    per_head = torch.rand(1, nh, 1, 1, generator=g) + 0.5
+    per_position = torch.rand(1, nh, T, 1, generator=g) * 1.5 + 0.5
+    for lam in (per_head, per_position):
+        for window, sink in ((None, False), (4, False), (4, True)):
+            for chunk in (3, 256):
+                y, ent = written_out_attention(q, k, v, lam, window, sink, chunk)
+                assert y.shape == (B, nh, T, hs) and ent.shape == (B, nh, T), \
+                    f"shapes {tuple(y.shape)} and {tuple(ent.shape)}, not (B, nh, T, hs) and (B, nh, T)"
+                assert ent.dtype == torch.float32, f"entropy in {ent.dtype}, not float32"
+                ref_y, ref_ent = dense_reference(q, k, v, lam, window, sink)
+                where = (f"lambda {'per head' if lam is per_head else 'per head and position'}, "
+                         f"window {window}, sink {sink}, chunk {chunk}")
+                if not (torch.allclose(y.double(), ref_y, atol=1e-5) and torch.allclose(ent.double(), ref_ent, atol=1e-4)):
+                    which = "y" if not torch.allclose(y.double(), ref_y, atol=1e-5) else "the entropy"
+                    raise AssertionError(f"{which} differs from softmax(lam_i q_i.k_j / sqrt(d)) written out "
+                                         f"({where}){mistake(y, ent, q, k, v, lam, window, sink)}")
+    y, ent = written_out_attention(q, k, v, chunk=7)  # lam=None: lambda 1
+    ref_y, ref_ent = dense_reference(q, k, v, torch.ones(1, 1, 1, 1), None, False)
+    assert torch.allclose(y.double(), ref_y, atol=1e-5) and torch.allclose(ent.double(), ref_ent, atol=1e-4), \
+        "with lam=None (lambda 1) the result differs from plain causal attention"
 
 
 def test_T2_written_out_attention_never_calls_sdpa(monkeypatch):
     def refuse(*args, **kwargs):
-        raise AssertionError("the written-out path must not call scaled_dot_product_attention")
+        raise AssertionError("the written-out path called scaled_dot_product_attention: write the softmax out")
     monkeypatch.setattr(F, "scaled_dot_product_attention", refuse)
-    q, k, v = (torch.randn(1, 2, 9, 4, generator=rng(i)) for i in range(3))
-    written_out_attention(q, k, v)
+    q, k, v = (torch.randn(1, 2, 9, 4, generator=rng(SEED + i)) for i in range(3))
+    written_out_attention(q, k, v, torch.full((1, 2, 1, 1), 1.3))
+    written_out_attention(q, k, v, None, 4, True, 2)
 
 
 @pytest.mark.parametrize("pos", ["nope", "rope"])
 @pytest.mark.parametrize("window", [None, 6])
 def test_T2_explicit_path_equals_sdpa_path(pos, window):
-    model = make(pos)
-    model.set_head_scales(torch.rand(2, 4, generator=rng(0)) * 2 + 0.5)
-    idx = tokens(T=30)
+    """The fast path folds lambda into q; the written-out path multiplies the logits: equal."""
+    model = make(pos, seed=SEED)
+    model.set_head_scales(torch.rand(2, 4, generator=rng(SEED)) * 2 + 0.5)
+    model.set_head_slopes(torch.rand(2, 4, generator=rng(SEED + 1)))  # lambda per position past L = 8
+    idx = tokens(T=30, seed=SEED + 1)
     with torch.no_grad():
         a, la = model(idx, idx, window=window)
         b, lb = model(idx, idx, window=window, explicit=True, chunk=7)  # chunking over queries too
-    assert torch.allclose(a, b, atol=1e-4)
-    assert torch.allclose(la, lb, atol=1e-5)
+    assert torch.allclose(a, b, atol=1e-4) and torch.allclose(la, lb, atol=1e-5), \
+        f"a {pos} model's logits differ between SDPA and the written-out softmax (window {window})"
 
 
 def test_T2_entropy_is_bits_and_uniform_attention_meets_the_bound():
     """lambda = 0 makes every logit 0: uniform attention over i keys, entropy log2(i)."""
-    model = make("nope")
+    model = make("nope", seed=SEED)
     model.set_head_scales(0.0)
-    idx = tokens(B=1, T=50)
+    idx = tokens(B=1, T=50, seed=SEED)
     ent = []
     with torch.no_grad():
         model(idx, idx, explicit=True, entropy=ent, chunk=16)
-    assert len(ent) == 2 and ent[0].shape == (1, 4, 50)
+    assert len(ent) == 2 and ent[0].shape == (1, 4, 50), "each layer appends its (B, nh, T) entropy"
     bound = torch.log2(torch.arange(1, 51, dtype=torch.float32))
     for e in ent:
-        assert torch.allclose(e[0], bound.expand(4, -1), atol=1e-4)
+        if torch.allclose(e[0], bound.expand(4, -1) * math.log(2), atol=1e-4):
+            raise AssertionError("even attention over i keys gives ln(i): the entropy is in nats, not bits")
+        assert torch.allclose(e[0], bound.expand(4, -1), atol=1e-4), \
+            "lambda = 0 (every logit 0): query i attends evenly to i keys, entropy log2(i) bits"
     # with real scales the entropy is below the bound, and chunking does not change it
     model.set_head_scales(1.0)
     e1, e2 = [], []
     with torch.no_grad():
         model(idx, idx, explicit=True, entropy=e1, chunk=7)
         model(idx, idx, explicit=True, entropy=e2, chunk=1000)
-    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(e1, e2))
-    assert (e1[0] <= bound + 1e-4).all() and (e1[0][..., 10:] < bound[10:] - 0.01).any()
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(e1, e2)), "the chunk size changes the entropy"
+    assert (e1[0] <= bound + 1e-4).all() and (e1[0][..., 10:] < bound[10:] - 0.01).any(), \
+        "the entropy is above log2(i), or never below it"
 
 
 def test_T2_scores_stay_in_float32_under_bf16_autocast():
     """Entropy is measured on the written-out path: under bf16 autocast its q.k scores must not be
     rounded to bf16 (flash attention keeps them in fp32), so they equal the fp32 product of the
     same bf16 q and k."""
-    q, k, v = [(3 * torch.randn(1, 2, 40, 16, generator=rng(i))).to(torch.bfloat16) for i in range(3)]
+    q, k, v = [(3 * torch.randn(1, 2, 40, 16, generator=rng(SEED + i))).to(torch.bfloat16) for i in range(3)]
+    lam = torch.rand(1, 2, 40, 1, generator=rng(SEED)) + 1
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        low = written_out_attention(q, k, v, chunk=16)[1]
-    exact = written_out_attention(q.float(), k.float(), v.float(), chunk=16)[1]
-    assert torch.allclose(low, exact, atol=1e-5)
+        low = written_out_attention(q, k, v, lam, chunk=16)[1]
+    exact = written_out_attention(q.float(), k.float(), v.float(), lam, chunk=16)[1]
+    assert torch.allclose(low, exact, atol=1e-5), "under bfloat16 autocast the scores were rounded: keep them float32"
 
 
 # -----------------------------------------------------------------------------
@@ -180,16 +255,17 @@ def test_T3_a_hand_built_loss_table():
                      [1.5, 1.5, 1.5, 1.5, 1.6, 1.6, 1.6, 1.6],
                      [3.0, 3.0, 3.0, 3.0, 1.1, 1.1, 1.1, 1.7]])
     best = uniform_scale(lams, loss, tail=2, width=4)
-    assert best["best_lam"] == 1.2 and best["best_loss"] == pytest.approx(1.55)
-    assert best["best_lam_tail"] == 1.4 and best["best_tail_loss"] == pytest.approx(1.4)  # the tail differs
-    assert list(best["positions"]) == [2.5, 6.5]  # bin centres, positions counted from 1
-    assert list(best["best_lam_per_position"]) == [1.0, 1.4]
-    # the last position alone prefers 1.2
-    assert uniform_scale(lams, loss, tail=1, width=4)["best_lam_tail"] == 1.2
-    # a last partial bin is dropped; ties go to the smaller lambda
+    assert best["best_lam"] == 1.2 and best["best_loss"] == pytest.approx(1.55), \
+        "best_lam / best_loss: the lambda with the lowest mean over every position, and that mean"
+    assert best["best_lam_tail"] == 1.4 and best["best_tail_loss"] == pytest.approx(1.4), \
+        "best_lam_tail / best_tail_loss: the lowest mean over the last `tail` positions"
+    assert list(best["positions"]) == [2.5, 6.5], "a bin's position is its centre, positions counted from 1"
+    assert list(best["best_lam_per_position"]) == [1.0, 1.4], "best_lam_per_position: the best lambda in each bin"
+    assert uniform_scale(lams, loss, tail=1, width=4)["best_lam_tail"] == 1.2, "tail=1: the last position alone"
     tie = uniform_scale(lams, np.ones((3, 7)), tail=1, width=3)
-    assert list(tie["positions"]) == [2.0, 5.0] and list(tie["best_lam_per_position"]) == [1.0, 1.0]
-    assert tie["best_lam"] == 1.0 and tie["best_lam_tail"] == 1.0
+    assert list(tie["positions"]) == [2.0, 5.0], "a last partial bin is dropped"
+    assert list(tie["best_lam_per_position"]) == [1.0, 1.0] and tie["best_lam"] == 1.0 and tie["best_lam_tail"] == 1.0, \
+        "ties go to the smaller lambda (the first on the grid)"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -201,15 +277,19 @@ def test_T3_random_tables_against_loops(seed):
     best = uniform_scale(lams, loss, tail, width)
     means = [sum(row) / n for row in loss.tolist()]
     tails = [sum(row[n - tail:]) / tail for row in loss.tolist()]
-    assert best["best_lam"] == lams[means.index(min(means))] and best["best_loss"] == pytest.approx(min(means))
-    assert best["best_lam_tail"] == lams[tails.index(min(tails))]
-    assert best["best_tail_loss"] == pytest.approx(min(tails))
+    table = f"a random table of {n_lam} lambdas x {n} positions, tail {tail}, bins of {width}"
+    assert best["best_lam"] == lams[means.index(min(means))] and best["best_loss"] == pytest.approx(min(means)), \
+        f"best_lam / best_loss on {table}"
+    assert best["best_lam_tail"] == lams[tails.index(min(tails))] and best["best_tail_loss"] == pytest.approx(min(tails)), \
+        f"best_lam_tail / best_tail_loss on {table}"
     nb = n // width
+    assert len(best["positions"]) == nb == len(best["best_lam_per_position"]), \
+        f"{nb} whole bins of {width} in {n} positions (a last partial bin dropped), on {table}"
     for b in range(nb):
         per = [sum(row[b * width:(b + 1) * width]) / width for row in loss.tolist()]
-        assert best["best_lam_per_position"][b] == lams[per.index(min(per))]
-        assert best["positions"][b] == pytest.approx(b * width + (width + 1) / 2)  # mean of 1-based positions
-    assert len(best["positions"]) == nb
+        assert best["best_lam_per_position"][b] == lams[per.index(min(per))], f"bin {b}'s best lambda on {table}"
+        assert best["positions"][b] == pytest.approx(b * width + (width + 1) / 2), \
+            f"bin {b}'s centre on {table} (positions count from 1)"
 
 
 # -----------------------------------------------------------------------------
@@ -224,21 +304,27 @@ def test_T4_the_law_against_lstsq(seed):
     x = np.log(positions / L)
     lam = 1 + a_true * x + r.normal(0, 0.02, 40) + 0.05  # an offset: the law's lam(L) = 1 is not met
     lam[positions < L] = r.uniform(2, 3, (positions < L).sum())  # below L: nothing to do with the law
-    a, r2 = fit_log_law(positions, lam, L)
     keep = positions >= L
-    ref = np.linalg.lstsq(x[keep, None], lam[keep] - 1, rcond=None)[0][0]
-    assert a == pytest.approx(ref, rel=1e-9)
     y = lam[keep] - 1
-    assert r2 == pytest.approx(1 - ((y - ref * x[keep]) ** 2).sum() / ((y - y.mean()) ** 2).sum(), rel=1e-9)
-    # the mistakes this data tells apart: a free intercept, or every position kept
+    ref = np.linalg.lstsq(x[keep, None], y, rcond=None)[0][0]
+    # the mistakes this data tells apart from the law: a free intercept, or every position kept
     with_intercept = np.linalg.lstsq(np.stack([x[keep], np.ones(keep.sum())], 1), y, rcond=None)[0][0]
     every = np.linalg.lstsq(x[:, None], lam - 1, rcond=None)[0][0]
-    assert abs(a - with_intercept) > 1e-3 and abs(a - every) > 1e-3
+    assert abs(ref - with_intercept) > 1e-3 and abs(ref - every) > 1e-3  # the data, not the code under test
+    a, r2 = fit_log_law(positions, lam, L)
+    if a != pytest.approx(ref, rel=1e-9):
+        hint = (" (it matches a fit with a free intercept: lambda(L) = 1, no intercept)"
+                if a == pytest.approx(with_intercept, rel=1e-6) else
+                " (it matches a fit over every position: keep i >= L only)" if a == pytest.approx(every, rel=1e-6)
+                else "")
+        raise AssertionError(f"a = {a:.6f}, least squares of lambda - 1 on ln(i / L) over i >= L gives {ref:.6f}{hint}")
+    assert r2 == pytest.approx(1 - ((y - ref * x[keep]) ** 2).sum() / ((y - y.mean()) ** 2).sum(), rel=1e-9), \
+        "R^2 = 1 - SS_res / SS_tot over the positions i >= L, SS_tot about their mean"
 
 
 def test_T4_too_few_positions_give_nan():
-    assert all(math.isnan(v) for v in fit_log_law([10, 50], [1.0, 1.3], 64))  # none >= L
-    assert all(math.isnan(v) for v in fit_log_law([64, 64], [1.0, 1.0], 64))  # all at L: x = 0
+    assert all(math.isnan(v) for v in fit_log_law([10, 50], [1.0, 1.3], 64)), "no position >= L: (nan, nan)"
+    assert all(math.isnan(v) for v in fit_log_law([64, 64], [1.0, 1.0], 64)), "every position at L (x = 0): (nan, nan)"
 
 
 # -----------------------------------------------------------------------------
@@ -274,25 +360,29 @@ def batches(x, y, size, seed):
         yield x[i], y[i]
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", SEEDS[:3])
 def test_T5_headscale_recovers_planted_lambdas(seed):
-    """Calibrated over seeds 0-29 (256 rows, batches of 32, from 1): the largest error was 0.12,
-    the mean 0.057; the tolerance is 0.2, against 0.8 at the start."""
+    """Calibrated over seeds 0-299 (256 rows, batches of 32, from 1), since the grader draws
+    any seed: the largest error was 0.186, the 99th percentile 0.168, the median 0.059; the
+    tolerance is 0.3, against 0.8 at the start. (Without the clamp the head that wants 0.6 went
+    to 0.80 at most over the same seeds: the clamp test's 0.95 holds.)"""
     target = [1.8, 1.3]
     model, x, y = planted(seed, target)
     lam, log = fit_head_scales(model, batches(x, y, 32, seed), torch.full((1, 2), 1.0), steps=150, lr=0.05,
                                warmup=15, final_lr=0.005)
-    assert lam.shape == (1, 2) and len(log) == 150
-    assert torch.allclose(lam, torch.tensor([target]), atol=0.2), lam
+    assert lam.shape == (1, 2), f"lam has shape {tuple(lam.shape)}: init's shape (1, 2) expected"
+    assert len(log) == 150, f"{len(log)} log rows for 150 steps: one a step"
+    assert torch.allclose(lam, torch.tensor([target]), atol=0.3), \
+        f"fitted {[round(v, 3) for v in lam.view(-1).tolist()]}, the planted lambdas are {target} (tolerance 0.3)"
     with torch.no_grad():  # on every row: lower than at the start
         model.set_head_scales(lam)
         fitted = model(x, y)[1]
         model.set_head_scales(1.0)
-        assert fitted < model(x, y)[1]
+        assert fitted < model(x, y)[1], "the fitted lambdas do not lower the loss below lambda = 1"
 
 
 def test_T5_only_lambda_moves_and_the_model_is_left_as_found():
-    model, x, y = planted(0, [1.6, 1.2])
+    model, x, y = planted(SEED, [1.6, 1.2])
     model.train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     seen = []
@@ -300,36 +390,63 @@ def test_T5_only_lambda_moves_and_the_model_is_left_as_found():
     def on_step(row):  # during the fit: every weight frozen
         seen.append([p.requires_grad for p in model.parameters()])
 
-    fit_head_scales(model, batches(x, y, 16, 0), torch.ones(1, 2) * 1.4, steps=5, on_step=on_step)
-    assert all(not any(flags) for flags in seen)
-    assert all(p.grad is None for p in model.parameters())  # no weight got a gradient
+    fit_head_scales(model, batches(x, y, 16, SEED), torch.ones(1, 2) * 1.4, steps=5, on_step=on_step)
+    assert len(seen) == 5, f"on_step was called {len(seen)} times in 5 steps"
+    assert all(not any(flags) for flags in seen), "a weight had requires_grad during the fit: freeze every weight"
+    assert all(p.grad is None for p in model.parameters()), "a weight got a gradient: only lambda may"
     after = model.state_dict()
-    assert all(torch.equal(before[k], after[k]) for k in before)  # scales and slopes too: as found
-    assert model.training and all(p.requires_grad for p in model.parameters())
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert not changed, f"the model was not left as found: {', '.join(changed)} changed"
+    assert model.training and all(p.requires_grad for p in model.parameters()), \
+        "train/eval mode or requires_grad flags not restored after the fit"
 
 
 def test_T5_clamp_after_every_step_and_warmup_then_cosine():
     # the teacher's first head wants lambda < 1: the clamp holds it at 1 at every step
-    model, x, y = planted(1, [0.6, 1.5])
+    model, x, y = planted(SEED + 1, [0.6, 1.5])
     steps, lr, warmup, final = 40, 0.1, 6, 0.01
-    lam, log = fit_head_scales(model, batches(x, y, 16, 1), torch.full((1, 2), 1.0), steps=steps, lr=lr,
+    lam, log = fit_head_scales(model, batches(x, y, 16, SEED + 1), torch.full((1, 2), 1.0), steps=steps, lr=lr,
                                warmup=warmup, final_lr=final, min_scale=1.0)
-    assert all(row["lam_min"] >= 1.0 for row in log) and lam.min() >= 1.0
+    below = [row["step"] for row in log if row["lam_min"] < 1.0]
+    assert not below, f"lam_min < 1 in the log at steps {below[:5]}: clamp after every step, before logging"
+    assert lam.min() >= 1.0, "the fitted lambda is below min_scale"
     for step, row in enumerate(log):  # the schedule, written out independently
         want = (lr * (step + 1) / (warmup + 1) if step < warmup else
                 final + 0.5 * (1 + math.cos(math.pi * (step - warmup) / (steps - warmup))) * (lr - final))
-        assert row["lr"] == pytest.approx(want) and row["step"] == step + 1
+        assert row["step"] == step + 1, f"log row {step} has step {row['step']}: steps count from 1"
+        assert row["lr"] == pytest.approx(want), \
+            f"step {step + 1}: lr {row['lr']:.5f}, warm-up then cosine gives {want:.5f}"
     # no clamp: the same fit goes below 1
-    model, x, y = planted(1, [0.6, 1.5])
-    lam, log = fit_head_scales(model, batches(x, y, 16, 1), torch.full((1, 2), 1.0), steps=steps, lr=lr,
+    model, x, y = planted(SEED + 1, [0.6, 1.5])
+    lam, log = fit_head_scales(model, batches(x, y, 16, SEED + 1), torch.full((1, 2), 1.0), steps=steps, lr=lr,
                                warmup=warmup, final_lr=final, min_scale=1e-3)
-    assert lam.min() < 0.95
+    assert lam.min() < 0.95, "with min_scale = 0.001 the head that wants 0.6 still sits at 1: clamp at min_scale"
 
 
 def test_T5_starts_at_init_and_takes_one_lambda_per_layer_or_one_for_all():
-    model, x, y = planted(2, [1.5, 1.5])
-    lam, log = fit_head_scales(model, batches(x, y, 16, 2), torch.full((1, 1), 1.7), steps=1, lr=1e-6)
-    assert lam.shape == (1, 1) and abs(log[0]["lam_mean"] - 1.7) < 1e-3
+    model, x, y = planted(SEED + 2, [1.5, 1.5])
+    lam, log = fit_head_scales(model, batches(x, y, 16, SEED + 2), torch.full((1, 1), 1.7), steps=1, lr=1e-6)
+    assert lam.shape == (1, 1), f"init (1, 1), one lambda for all heads: the result has shape {tuple(lam.shape)}"
+    assert abs(log[0]["lam_mean"] - 1.7) < 1e-3, f"the fit starts at {log[0]['lam_mean']}, not at init 1.7"
+
+
+def test_T5_the_same_fit_as_the_projects_step_by_step():
+    """Graded submissions only: the same rows, start and settings (betas and a schedule of its
+    own) through the submission's fit and the project's must give the same log and lambdas, so
+    every detail the handout fixes counts (AdamW without weight decay, the schedule, the clamp)."""
+    theirs = reference("search_scales.py", "fit_head_scales")
+    if theirs is None:
+        pytest.skip("compares a submission with the project's own fit: runs under tools/classroom.py grade")
+    model, x, y = planted(SEED + 3, [1.7, 0.8])
+    args = dict(steps=30, lr=0.08, betas=(0.8, 0.9), warmup=5, final_lr=0.004, min_scale=1.0)
+    lam, log = fit_head_scales(model, batches(x, y, 16, SEED), torch.tensor([[1.1, 1.3]]), **args)
+    want, want_log = theirs(model, batches(x, y, 16, SEED), torch.tensor([[1.1, 1.3]]), **args)
+    for row, ref in zip(log, want_log):
+        for key in ("loss", "lam_mean", "lam_min", "lam_max", "lr"):
+            assert row[key] == pytest.approx(ref[key], abs=2e-4), \
+                f"step {ref['step']}: {key} {row[key]} against the specified fit's {ref[key]}"
+    assert len(log) == len(want_log), f"{len(log)} log rows, the specified fit has {len(want_log)}"
+    assert torch.allclose(lam, want, atol=1e-4), f"fitted {lam.tolist()}, the specified fit gives {want.tolist()}"
 
 
 # -----------------------------------------------------------------------------
@@ -340,40 +457,49 @@ def test_T6_last_L_losses_against_fresh_passes():
     the first W positions from the window's start, later ones from W positions ending at the end
     of their stride (with the start token: it, then the last W - 1 of them)."""
     for bos in (False, True):
-        model = make("nope", bos=bos, seed=3)
-        torch.manual_seed(4)
+        model = make("nope", bos=bos, seed=SEED + 3)
+        torch.manual_seed(SEED + 4)
         x = torch.randint(0, V - 1, (2, 45))
         x[:, 0] = V - 1
         y = torch.roll(x, -1, 1)
         W, s = 16, 2
         got = last_L_losses(model, x, y, W, batch_size=3)[0]
-        assert got.shape == (2, 45)
+        assert got.shape == (2, 45), f"per-token losses of shape {tuple(got.shape)}, not (B, T) = (2, 45)"
         with torch.no_grad():
-            assert torch.allclose(got[:, :W], model(x[:, :W], y[:, :W], reduction="none")[1], atol=1e-5)
+            assert torch.allclose(got[:, :W], model(x[:, :W], y[:, :W], reduction="none")[1], atol=1e-5), \
+                "positions before the context limit: one plain pass over the window's first `context` tokens"
             for i in range(W, 45):
                 end = min(W + ((i - W) // s + 1) * s, 45)  # exclusive end of the stride holding i
                 xs = torch.cat([x[:, :1], x[:, end - W + 1:end]], 1) if bos else x[:, end - W:end]
                 ref = model(xs, y[:, end - W:end], reduction="none")[1]
-                assert torch.allclose(got[:, i], ref[:, W - (end - i)], atol=1e-5)
+                if not torch.allclose(got[:, i], ref[:, W - (end - i)], atol=1e-5):
+                    plain = model(x[:, end - W:end], y[:, end - W:end], reduction="none")[1]
+                    hint = (" (it matches the sub-window without the start token: a model trained with it "
+                            "reads [start token, last context - 1 tokens])"
+                            if bos and torch.allclose(got[:, i], plain[:, W - (end - i)], atol=1e-5) else "")
+                    raise AssertionError(f"position {i} (bos={bos}): its loss differs from a fresh pass over the "
+                                         f"sub-window ending at {end}{hint}")
 
 
 def test_T6_context_limit_by_recomputation_reads_only_the_last_tokens():
-    model = make("nope")
-    torch.manual_seed(3)
+    model = make("nope", seed=SEED)
+    torch.manual_seed(SEED + 3)
     windows = torch.randint(0, V, (3, 41))
     W = 16
     got = measure(model, windows, batch_size=2, context=W, entropy=True)
     plain = measure(model, windows[:, :W + 1], batch_size=3, entropy=True)
-    assert torch.allclose(torch.tensor(got["loss"][:W]), torch.tensor(plain["loss"]), atol=1e-5)
+    assert torch.allclose(torch.tensor(got["loss"][:W]), torch.tensor(plain["loss"]), atol=1e-5), \
+        "with a context limit the first `context` positions must score as a plain pass"
     changed = windows.clone()  # a token far back cannot change the last position's loss
     changed[:, 5] = (changed[:, 5] + 1) % V
-    assert abs(measure(model, changed, 3, context=W)["loss"][39] - got["loss"][39]) < 1e-6
+    assert abs(measure(model, changed, 3, context=W)["loss"][39] - got["loss"][39]) < 1e-6, \
+        "a token 34 positions back changed the last position's loss: it must read only its last `context`"
 
 
 def test_T6_recomputed_sub_windows_begin_with_the_start_token():
     """A bos model limited to W positions reads [start token, last W - 1 tokens] at every query."""
-    model = make("nope", bos=True)
-    torch.manual_seed(4)
+    model = make("nope", bos=True, seed=SEED)
+    torch.manual_seed(SEED + 4)
     windows = torch.randint(0, V - 1, (2, 41))
     windows[:, 0] = V - 1
     W = 16
@@ -383,11 +509,12 @@ def test_T6_recomputed_sub_windows_begin_with_the_start_token():
         end = W + ((pos - W) // s + 1) * s                       # exclusive end of its sub-window
         sub = torch.cat([windows[:, :1], windows[:, end - W + 1:end + 1]], 1)  # (2, W + 1)
         ref = measure(model, sub, batch_size=2)["loss"]
-        assert abs(got[pos] - ref[W - (end - pos)]) < 1e-5
+        assert abs(got[pos] - ref[W - (end - pos)]) < 1e-5, \
+            f"position {pos}: a start-token model's sub-window is [start token, the last W - 1 tokens]"
 
 
 def test_T6_excess_is_the_row_minus_its_own_reference_at_shared_lengths():
-    r = np.random.default_rng(0)
+    r = np.random.default_rng(SEED)
 
     def row(pe, context=None, lengths=(8, 16, 32)):
         return {"pos_encoding": pe, "arch": pe, "bos": True, "context": context, "scales": None, "slopes": None,
@@ -395,6 +522,9 @@ def test_T6_excess_is_the_row_minus_its_own_reference_at_shared_lengths():
     res = {"train_len": 8, "methods": {"nope": row("nope"), "nope_window_L": row("nope", 8, (8, 16)),
                                        "rope": row("rope"), "rope_window_L": row("rope", 8)}}
     m = res["methods"]
-    assert excess(res, "nope") == {n: m["nope"]["loss"][i] - m["nope_window_L"]["loss"][i] for i, n in enumerate((8, 16))}
-    assert excess(res, "rope") == {n: a - b for n, a, b in zip((8, 16, 32), m["rope"]["loss"], m["rope_window_L"]["loss"])}
-    assert excess(res, "nope_window_L") == {}  # a reference has no excess of its own
+    want = {n: m["nope"]["loss"][i] - m["nope_window_L"]["loss"][i] for i, n in enumerate((8, 16))}
+    got = excess(res, "nope")
+    assert got == want, f"excess(nope) = {got}, want {want}: the row minus its reference, at the lengths both have"
+    want = {n: a - b for n, a, b in zip((8, 16, 32), m["rope"]["loss"], m["rope_window_L"]["loss"])}
+    assert excess(res, "rope") == want, "excess(rope): rope minus rope_window_L at every length"
+    assert excess(res, "nope_window_L") == {}, "a reference has no excess of its own: {}"
