@@ -15,9 +15,10 @@ sys.path.insert(0, str(ROOT))
 from data import CharTokenizer, write_dataset  # noqa: E402
 
 
-# The longest tests (about 100 s and 40 s on 2 cores), started first: with `pytest -n auto` each
+# The longest tests (about 100 s, 60 s and 40 s on 2 cores), started first: with `pytest -n auto` each
 # then runs on a worker of its own while the rest share out, instead of ending the suite alone.
-LONGEST = ("test_reproduce_runs_every_stage_then_skips_them", "test_gpu_check_trial_runs_every_step_on_the_cpu")
+LONGEST = ("test_reproduce_runs_every_stage_then_skips_them", "test_the_kit_as_a_teacher_runs_it",
+           "test_gpu_check_trial_runs_every_step_on_the_cpu")
 
 
 def pytest_collection_modifyitems(items):
