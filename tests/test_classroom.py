@@ -6,6 +6,7 @@ one line. The wrong versions are edits of the project's own code, kept in WRONG 
 
 import ast
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -34,8 +35,6 @@ WRONG = [
      [("y[:, :, s:e] = att.to(v.dtype) @ v[:, :, lo:e]",
        "y[:, :, s:e] = F.scaled_dot_product_attention((q.float() * lam).to(q.dtype), k, v, "
        "is_causal=True)[:, :, s:e]")]),
-    ("T3", "bin centres counted from position 0", "search_scales.py",
-     [('"positions": centers,', '"positions": centers - 1,')]),
     ("T4", "the law fitted with an intercept", "search_scales.py",
      [("a = float((x * y).sum() / (x ** 2).sum())", "a = float(np.polyfit(x, y, 1)[0])")]),
     ("T5", "the clamp applied once, at the end", "search_scales.py",
@@ -47,7 +46,6 @@ WRONG = [
      [("weight_decay=0.0)", "weight_decay=0.01)")]),
     ("T6", "the last-L reference without the start token", "evaluate.py",
      [('if getattr(model.config, "bos", False):', "if False:")]),
-    ("T6", "the excess with its sign turned", "evaluate.py", [("{n: v - by_ref[n]", "{n: by_ref[n] - v")]),
 ]
 
 
@@ -103,7 +101,7 @@ def junit_outcomes(xml):
 
 @pytest.mark.slow
 def test_the_kit_as_a_teacher_runs_it(tmp_path):
-    """About 1 to 2 minutes on 2 cores: 24 task gradings of a few seconds each."""
+    """About 40 seconds on a free core: 12 task gradings of 2 to 5 seconds each."""
     tasks = read_tasks()
     # the student copy: every test of test_paper.py fails (none passes on a blank), the rest imports and runs
     kit = tmp_path / "kit"
@@ -120,23 +118,28 @@ def test_the_kit_as_a_teacher_runs_it(tmp_path):
             [t["points"] for t in tasks.values()]
     except ImportError:
         pass
-    run = subprocess.run([sys.executable, "-m", "pytest", "tests/test_paper.py", "-q", "-p", "no:cacheprovider",
-                          "-o", "addopts=", f"--junitxml={tmp_path / 'kit.xml'}"], cwd=kit, capture_output=True)
+    subprocess.run([sys.executable, "-m", "pytest", "tests/test_paper.py", "-q", "-p", "no:cacheprovider",
+                    "-o", "addopts=", f"--junitxml={tmp_path / 'kit.xml'}"], cwd=kit, capture_output=True,
+                   env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     outcomes = junit_outcomes(tmp_path / "kit.xml")
     assert len(outcomes) > 40 and "passed" not in outcomes.values(), \
         [n for n, o in outcomes.items() if o == "passed"]
-    for script in ("train.py", "search_scales.py", "evaluate.py", "sample.py", "reproduce.py"):
-        assert subprocess.run([sys.executable, script, "-h"], cwd=kit, capture_output=True).returncode == 0, script
+    imports = subprocess.run([sys.executable, "-c", "import train, search_scales, evaluate, sample, reproduce, "
+                              "tools.plot, tools.findings; print(train.cosine_lr(0, 1, 2, 1.0, 0.1))"],
+                             cwd=kit, capture_output=True, text=True)
+    assert imports.returncode == 0 and imports.stdout.strip() == "0.5", imports.stderr
 
-    # the grader: half the tasks blank, the other half the project's own -> each task on its own
+    # the grader: T1 blank beside the project's T2 in the same model.py, and T2 passes (each task
+    # on its own)
     half = tmp_path / "half"
-    assert cli("student", half, "--tasks=T1,T3,T5").returncode == 0
-    cfg = ClassroomConfig(secret="a teacher's secret", jobs=2)
-    scores = {r["id"]: r for r in grade(half, list(tasks), tasks, cfg)}
-    assert {t for t, r in scores.items() if r["passed"]} == {"T2", "T4", "T6"}, scores
-    assert all("not written yet" in scores[t]["output"] for t in ("T1", "T3", "T5"))
-    scores = {r["id"]: r for r in grade(ROOT, ["T1", "T3", "T5"], tasks, cfg)}
-    assert all(r["passed"] and r["score"] == tasks[t]["points"] for t, r in scores.items()), scores
+    assert cli("student", half, "--tasks=T1").returncode == 0
+    cfg = ClassroomConfig(secret="a teacher's secret", jobs=1)  # one at a time: the suite runs beside it
+    (t2,) = grade(half, ["T2"], tasks, cfg)
+    assert t2["passed"], t2
+    # the project's T5 against itself, the same fit kept aside (the suite's own run of
+    # tests/test_paper.py shows the project passing every task on the public seeds)
+    (t5,) = grade(ROOT, ["T5"], tasks, cfg)
+    assert t5["passed"] and t5["score"] == tasks["T5"]["points"] and "all 7 checks" in t5["output"], t5
 
     # every wrong version costs its task its points
     for k, (tid, what, path, edits) in enumerate(WRONG):
@@ -166,30 +169,36 @@ def test_a_broken_submission_scores_zero_where_broken_and_grading_goes_on(tmp_pa
     (sub / "evaluate.py").write_text(text.replace("    B, T = x.shape\n    loss, ent = _losses(",
                                                   "    __import__('time').sleep(600)\n    loss, ent = _losses("),
                                      encoding="utf-8")
-    out = cli("grade", sub, "--tasks=T1,T3,T4,T6", "--timeout=6", f"--json={tmp_path / 'results.json'}", "--seed=7")
+    text = (sub / "search_scales.py").read_text("utf-8")
+    (sub / "search_scales.py").write_text(blank(text, ["uniform_scale"], lambda name: f"T3: write {name}"),
+                                          encoding="utf-8")
+    out = cli("grade", sub, "--tasks=T1,T3,T4,T6", "--timeout=4", f"--json={tmp_path / 'results.json'}", "--seed=7")
     assert out.returncode == 0, out.stderr
     lines = {line[:2]: line for line in out.stdout.splitlines() if line[:2] in ("T1", "T3", "T4", "T6")}
     assert "does not parse: line" in lines["T1"] and "0/10" in lines["T1"]
-    assert "passed" in lines["T3"] and "seed 7 " in lines["T3"]
+    assert "not written yet (NotImplementedError: T3: write uniform_scale)" in lines["T3"] and "seed 7 " in lines["T3"]
     assert "has no function fit_log_law" in lines["T4"]
-    assert "timed out after 6 s" in lines["T6"]
+    assert "timed out after 4 s" in lines["T6"]
     report = json.loads((tmp_path / "results.json").read_text("utf-8"))
-    assert report["score"] == 10 and [t["name"][:2] for t in report["tests"]] == ["T1", "T3", "T4", "T6"]
+    assert report["score"] == 0 and [t["name"][:2] for t in report["tests"]] == ["T1", "T3", "T4", "T6"]
     assert all(set(t) >= {"name", "score", "max_score", "output"} for t in report["tests"])
 
 
-def test_bad_input_is_refused_in_one_line_before_any_work(tmp_path):
-    for args in (["grade", tmp_path / "nowhere"], ["grade", tmp_path], ["grade", ROOT, "--tasks=T1,T9"],
-                 ["student", tmp_path / "new", "--tasks=T7"], ["teach", tmp_path], ["grade", ROOT, "--color=red"]):
-        out = cli(*args)
-        assert out.returncode == 2 and out.stdout == "" and len(out.stderr.strip().splitlines()) == 1, (args, out.stderr)
+def test_bad_input_is_refused_in_one_line_before_any_work(tmp_path, monkeypatch):
+    cases = (["grade", tmp_path / "nowhere"], ["grade", tmp_path], ["grade", ROOT, "--tasks=T1,T9"],
+             ["student", tmp_path / "new", "--tasks=T7"], ["teach", tmp_path], ["grade", ROOT, "--color=red"], [])
+    for args in cases:  # in this process (each command line would import PyTorch again)
+        monkeypatch.setattr(sys, "argv", ["tools/classroom.py", *map(str, args)])
+        with pytest.raises(classroom.UserError) as e:
+            classroom.main()
+        assert "\n" not in str(e.value), args
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "notes.txt").write_text("mine", encoding="utf-8")
-    out = cli("student", tmp_path / "full")
-    assert out.returncode == 2 and "not empty" in out.stderr
+    out = cli("student", tmp_path / "full")  # and once as a user runs it: one line, exit 2
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.startswith("error: ") and \
+        len(out.stderr.strip().splitlines()) == 1 and "not empty" in out.stderr
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["notes.txt"]  # nothing lost, nothing written
     assert not (tmp_path / "new").exists()
-
 
 def fake_study(folder, L, seed, nope_L, rope_L, lam):
     """The files the lab's numbers are read from, made by hand: NoPE's loss flat to L then

@@ -350,27 +350,6 @@ def batches(x, y, size, seed):
         yield x[i], y[i]
 
 
-@pytest.mark.parametrize("seed", SEEDS[:3])
-def test_T5_headscale_recovers_planted_lambdas(seed):
-    """Calibrated over seeds 0-299 (256 rows, batches of 32, from 1), since the grader draws
-    any seed: the largest error was 0.186, the 99th percentile 0.168, the median 0.059; the
-    tolerance is 0.3, against 0.8 at the start. (Without the clamp the head that wants 0.6 went
-    to 0.80 at most over the same seeds: the clamp test's 0.95 holds.)"""
-    target = [1.8, 1.3]
-    model, x, y = planted(seed, target)
-    lam, log = fit_head_scales(model, batches(x, y, 32, seed), torch.full((1, 2), 1.0), steps=150, lr=0.05,
-                               warmup=15, final_lr=0.005)
-    assert lam.shape == (1, 2), f"lam has shape {tuple(lam.shape)}: init's shape (1, 2) expected"
-    assert len(log) == 150, f"{len(log)} log rows for 150 steps: one a step"
-    assert torch.allclose(lam, torch.tensor([target]), atol=0.3), \
-        f"fitted {[round(v, 3) for v in lam.view(-1).tolist()]}, the planted lambdas are {target} (tolerance 0.3)"
-    with torch.no_grad():  # on every row: lower than at the start
-        model.set_head_scales(lam)
-        fitted = model(x, y)[1]
-        model.set_head_scales(1.0)
-        assert fitted < model(x, y)[1], "the fitted lambdas do not lower the loss below lambda = 1"
-
-
 def test_T5_only_lambda_moves_and_the_model_is_left_as_found():
     model, x, y = planted(SEED, [1.6, 1.2])
     model.train()
@@ -437,6 +416,27 @@ def test_T5_the_same_fit_as_the_projects_step_by_step():
                 f"step {ref['step']}: {key} {row[key]} against the specified fit's {ref[key]}"
     assert len(log) == len(want_log), f"{len(log)} log rows, the specified fit has {len(want_log)}"
     assert torch.allclose(lam, want, atol=1e-4), f"fitted {lam.tolist()}, the specified fit gives {want.tolist()}"
+
+
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_T5_headscale_recovers_planted_lambdas(seed):
+    """Calibrated over seeds 0-299 (256 rows, batches of 32, from 1), since the grader draws
+    any seed: the largest error was 0.186, the 99th percentile 0.168, the median 0.059; the
+    tolerance is 0.3, against 0.8 at the start. (Without the clamp the head that wants 0.6 went
+    to 0.80 at most over the same seeds: the clamp test's 0.95 holds.)"""
+    target = [1.8, 1.3]
+    model, x, y = planted(seed, target)
+    lam, log = fit_head_scales(model, batches(x, y, 32, seed), torch.full((1, 2), 1.0), steps=150, lr=0.05,
+                               warmup=15, final_lr=0.005)
+    assert lam.shape == (1, 2), f"lam has shape {tuple(lam.shape)}: init's shape (1, 2) expected"
+    assert len(log) == 150, f"{len(log)} log rows for 150 steps: one a step"
+    assert torch.allclose(lam, torch.tensor([target]), atol=0.3), \
+        f"fitted {[round(v, 3) for v in lam.view(-1).tolist()]}, the planted lambdas are {target} (tolerance 0.3)"
+    with torch.no_grad():  # on every row: lower than at the start
+        model.set_head_scales(lam)
+        fitted = model(x, y)[1]
+        model.set_head_scales(1.0)
+        assert fitted < model(x, y)[1], "the fitted lambdas do not lower the loss below lambda = 1"
 
 
 # -----------------------------------------------------------------------------
