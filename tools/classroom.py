@@ -382,6 +382,7 @@ def lab_numbers(run):
 
     from evaluate import excess
     from tools.findings import entropy_onset, loss_at, measures, onset
+    from tools.plot import head_entropy_near, read_head_table
     from tools.cli import read_json
     ev = Path(run) / "eval"
     res, pos = read_json(ev / "results.json"), read_json(ev / "positions.json")
@@ -405,14 +406,9 @@ def lab_numbers(run):
         layer = excess(res, "nope_layerscale_4L")[4 * L]
         out["one lambda per layer takes back (%)"] = 100 * (1 - layer / took["rise_4L"])
     head = Path(run) / "scales" / "head_4L.csv"
-    if head.exists():  # lab question 6: do lower-entropy heads get larger lambda (near 4L, at lambda = 1)?
-        import csv
-        with open(head, encoding="utf-8") as f:
-            lam = {(int(r["layer"]), int(r["head"])): float(r["scale"]) for r in csv.DictReader(f)}
-        e = ent["nope"]
-        near = np.abs(np.array(e["positions"]) - 4 * L) <= max(e["bin"], L // 2)
-        h = np.array(e["entropy_bits"])[:, :, near].mean(-1)
-        x, y = np.array([h[k] for k in lam]), np.array(list(lam.values()))
+    h = head_entropy_near(ent["nope"], 4 * L)
+    if head.exists() and h is not None:  # lab question 6: lower-entropy heads, larger lambda? (plot.py's Fig. 5)
+        x, y = h.ravel(), read_head_table(head).ravel()
         rank = lambda v: np.argsort(np.argsort(v))  # noqa: E731  (no ties in real numbers)
         out["rank correlation, head entropy vs lambda"] = float(np.corrcoef(rank(x), rank(y))[0, 1])
     if {"nope_mask", "rope_mask"} <= set(rows):  # lab question 8: a sliding-window mask against recomputing

@@ -518,13 +518,30 @@ def lambda_grid(F, search_dir, uni):
     F.save(fig, "lambda_grid.png")
 
 
-def head_table(F, search_dir, fn, ent):
-    slopes = fn.startswith("headslope_")  # the slopes a_h of lambda_h(i) = 1 + a_h ln(max(i, L) / L)
-    with open(os.path.join(search_dir, fn), encoding="utf-8") as f:
-        rows = [(int(r["layer"]), int(r["head"]), float(r["slope" if slopes else "scale"])) for r in csv.DictReader(f)]
+def read_head_table(path, key="scale"):
+    """(n_layer, n_head) array of a search_scales.py head_*.csv (key "scale") or headslope_*.csv ("slope")."""
+    with open(path, encoding="utf-8") as f:
+        rows = [(int(r["layer"]), int(r["head"]), float(r[key])) for r in csv.DictReader(f)]
     lam = np.zeros((max(r[0] for r in rows) + 1, max(r[1] for r in rows) + 1))
     for layer, head, v in rows:
         lam[layer, head] = v
+    return lam
+
+
+def head_entropy_near(e, length):
+    """(n_layer, n_head) mean entropy (bits) of evaluate.py's entropy.json row `e` near position
+    `length` (within a bin or length / 8), or None when the row does not reach it: the paper's
+    Fig. 5 reads each head's entropy at the target length against its fitted lambda."""
+    pos = np.array(e["positions"])
+    near = np.abs(pos - length) <= max(e["bin"], length // 8)
+    if not near.any() or length > e["length"]:
+        return None
+    return np.array(e["entropy_bits"])[:, :, near].mean(-1)
+
+
+def head_table(F, search_dir, fn, ent):
+    slopes = fn.startswith("headslope_")  # the slopes a_h of lambda_h(i) = 1 + a_h ln(max(i, L) / L)
+    lam = read_head_table(os.path.join(search_dir, fn), "slope" if slopes else "scale")
     fig, ax = F.plt.subplots(figsize=(1.6 + 0.7 * lam.shape[1], 1.2 + 0.6 * lam.shape[0]))
     im = ax.imshow(lam, cmap="cividis")
     mid = (lam.min() + lam.max()) / 2
@@ -543,12 +560,9 @@ def head_table(F, search_dir, fn, ent):
         return
     # the paper's Fig. 5: per-head entropy at the target length (lambda = 1) against the fitted lambda
     meta = read_json(os.path.join(search_dir, fn[:-4] + ".json"))
-    e = ent["nope"]
-    pos = np.array(e["positions"])
-    near = np.abs(pos - meta["length"]) <= max(e["bin"], meta["length"] // 8)
-    if not near.any() or meta["length"] > e["length"]:
+    h = head_entropy_near(ent["nope"], meta["length"])  # (layers, heads)
+    if h is None:
         return
-    h = np.array(e["entropy_bits"])[:, :, near].mean(-1)  # (layers, heads)
     fig, ax = F.plt.subplots(figsize=(5, 4))
     for layer in range(lam.shape[0]):
         ax.plot(h[layer], lam[layer], "o", color=F.plt.cm.cividis(layer / max(lam.shape[0] - 1, 1)),
