@@ -14,10 +14,14 @@ sys.path.insert(0, str(ROOT))
 
 from data import CharTokenizer, write_dataset  # noqa: E402
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n auto: one worker a core, so one thread a worker
+    import torch
+    torch.set_num_threads(1)  # (two workers of two threads each on 2 cores ran some tests 4x slower)
 
-# The longest tests (about 100 s, 60 s and 40 s on 2 cores), started first: with `pytest -n auto` each
+
+# The longest tests (about 100 s, 60 s and 30 s on 2 cores), started first: with `pytest -n auto` each
 # then runs on a worker of its own while the rest share out, instead of ending the suite alone.
-LONGEST = ("test_reproduce_runs_every_stage_then_skips_them", "test_the_kit_as_a_teacher_runs_it",
+LONGEST = ("test_reproduce_runs_every_stage_then_skips_them", "test_the_project_scores_full_and_a_blank_copy_zero",
            "test_gpu_check_trial_runs_every_step_on_the_cpu")
 
 

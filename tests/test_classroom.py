@@ -1,16 +1,22 @@
-"""The classroom kit (tools/classroom.py, classroom/tasks.toml) run as a teacher runs it: the
-student copy fails every task's tests and still imports and runs what does not call a blank;
-the grader passes the project, fails each blank and each known wrong version on its own task
-only, scores a broken submission 0 where it is broken and goes on, and refuses bad input in
-one line. The wrong versions are edits of the project's own code, kept in WRONG below."""
+"""The classroom kit (tools/classroom.py, tools/kit/) as a teacher and as a student would try it.
+
+Each defence is tested where it is decided, in this process or with a tiny child without
+PyTorch: extraction by ast, the def line, the wire (data only), the worker's environment, the
+sandbox, killing what a task started, the checkout and snapshot left as they were, the verdict
+(a skip or a missing check fails). The attacks of the grader issue (41) are each rebuilt and
+shown to work without the defence. Four end-to-end gradings: the project (full), a blank student
+copy (0), one submission carrying an attack per task (0, nothing outside touched), one with
+honest odd formatting (full) and wrong answers (0). Every known wrong version is shown to fail a
+check of its task, in process (WRONG below)."""
 
 import ast
+import importlib.util
 import json
 import os
-import shutil
+import pickle
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +24,14 @@ import pytest
 
 from tools import classroom
 from tools.classroom import ClassroomConfig, blank, copy_project, find_function, grade, read_tasks, take
+from tools.kit import remote, sandbox
+from tools.kit.grade import Grader, find_submission, gradescope, score_checks, seed_of, student_output
+from tools.kit.source import Refused, fingerprint, normalised, segment, take_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # Each: (task, the mistake, file, [(the project's text, the wrong text), ...]). Every one must
-# cost its task its points. The texts must sit inside the task's functions (checked below).
+# fail a check of its task. The texts must sit inside the task's functions (checked below).
 WRONG = [
     ("T1", "ln(i / L) without max(i, L)", "model.py", [("torch.log(i.clamp(min=L) / L)", "torch.log(i / L)")]),
     ("T2", "lambda applied to q and k alike (lambda^2)", "model.py",
@@ -30,22 +39,39 @@ WRONG = [
     ("T2", "lambda after the softmax", "model.py",
      [("att = att * lam_i / math.sqrt(hs)", "att = att / math.sqrt(hs)"),
       ("att = F.softmax(att, dim=-1)", "att = F.softmax(att, dim=-1) * lam_i")]),
+    ("T2", "lambda after the mask", "model.py",
+     [("        att = att * lam_i / math.sqrt(hs)                                 # lam_i q_i.k_j / sqrt(d)\n", ""),
+      ('att = att.masked_fill(~allowed, float("-inf"))',
+       'att = att.masked_fill(~allowed, float("-inf")) * lam_i / math.sqrt(hs)')]),
     ("T2", "entropy in nats", "model.py", [(".sum(-1) / math.log(2)", ".sum(-1)")]),
     ("T2", "SDPA called inside the written-out path", "model.py",
      [("y[:, :, s:e] = att.to(v.dtype) @ v[:, :, lo:e]",
        "y[:, :, s:e] = F.scaled_dot_product_attention((q.float() * lam).to(q.dtype), k, v, "
        "is_causal=True)[:, :, s:e]")]),
+    ("T2", "chunk ignored (the whole T x T at once)", "model.py",
+     [("for s in range(0, T, chunk):", "for s in range(0, T, T):"), ("e = min(s + chunk, T)", "e = T")]),
+    ("T2", "y returned in float32", "model.py", [("y = torch.empty_like(q)", "y = torch.empty_like(q, dtype=torch.float32)"),
+                                                ("att.to(v.dtype) @ v[:, :, lo:e]", "att @ v[:, :, lo:e].float()")]),
     ("T4", "the law fitted with an intercept", "search_scales.py",
      [("a = float((x * y).sum() / (x ** 2).sum())", "a = float(np.polyfit(x, y, 1)[0])")]),
+    ("T4", "i > L kept instead of i >= L", "search_scales.py", [("keep = x >= 0", "keep = x > 0")]),
+    ("T4", "a value with a single position >= L", "search_scales.py",
+     [("if len(x) < 2 or (x ** 2).sum() == 0:", "if len(x) < 1 or (x ** 2).sum() == 0:")]),
     ("T5", "the clamp applied once, at the end", "search_scales.py",
      [("                lam.clamp_(min=min_scale)  # the focus constraint, after every step\n", "                pass\n"),
       ("    return lam.detach(), log", "    with torch.no_grad():\n        lam.clamp_(min=min_scale)\n    return lam.detach(), log")]),
     ("T5", "a weight other than lambda gets a gradient", "search_scales.py",
      [("model.requires_grad_(False)", "model.requires_grad_(True)")]),
-    ("T5", "AdamW's default weight decay left on", "search_scales.py",
-     [("weight_decay=0.0)", "weight_decay=0.01)")]),
+    ("T5", "AdamW's default weight decay left on", "search_scales.py", [("weight_decay=0.0)", "weight_decay=0.01)")]),
     ("T6", "the last-L reference without the start token", "evaluate.py",
      [('if getattr(model.config, "bos", False):', "if False:")]),
+    ("T6", "the entropy from the wrong end of each sub-window", "evaluate.py",
+     [("ents.append(sub_ent[k][..., context - (e - prev):])", "ents.append(sub_ent[k][..., :e - prev])")]),
+    ("T6", "excess paired by place in the list", "evaluate.py",
+     [("    by_ref = dict(zip(ref[\"lengths\"], ref[key]))\n    return {n: v - by_ref[n] for n, v in zip(m[\"lengths\"], m[key]) if n in by_ref}",
+       "    return {n: v - r for n, v, r in zip(m[\"lengths\"], m[key], ref[key])}")]),
+    ("T6", "excess finding the reference by the name NAME_window_L", "evaluate.py",
+     [("ref = reference_of(results, name)", "ref = name + '_window_L' if name + '_window_L' in results['methods'] else None")]),
 ]
 
 
@@ -56,8 +82,40 @@ def cli(*args, cwd=ROOT):
 
 def function_source(path, qualname):
     source = (ROOT / path).read_text(encoding="utf-8")
-    return ast.get_source_segment(source, find_function(ast.parse(source), qualname))
+    return segment(source, find_function(ast.parse(source), qualname))
 
+
+def edited(path, edits, text=None):
+    text = (ROOT / path).read_text(encoding="utf-8") if text is None else text
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+def body_of(path, qualname, body, text=None):
+    """path's text with qualname's body (after its docstring) replaced by `body`."""
+    text = (ROOT / path).read_text(encoding="utf-8") if text is None else text
+    text = blank(text, [qualname], lambda name: "BODY")
+    return text.replace("    raise NotImplementedError('BODY')\n", body)
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A copy of the project as it is on disk (outside git: the snapshot is its files), so the
+    gradings below see uncommitted work too and never touch this checkout."""
+    root = tmp_path_factory.mktemp("project") / "nanoNoPE"
+    copy_project(root, leave_out=("docs", "out"))
+    return root
+
+
+def tasks_of(root):
+    from tools.kit.grade import read_tasks as read
+    return read(Path(root) / "classroom" / "tasks.toml")
+
+
+# -----------------------------------------------------------------------------
+# The tasks and the student copy
 
 def test_every_task_names_functions_the_project_defines_and_a_handout():
     tasks = read_tasks()
@@ -90,104 +148,326 @@ def test_the_wrong_versions_edit_their_task_functions_only():
             assert inside.count(old) == 1, f"{what}: {old!r} must occur once in {tid}'s functions"
 
 
-def junit_outcomes(xml):
-    out = {}
-    for case in ET.parse(xml).getroot().iter("testcase"):
-        out[case.get("name")] = ("skipped" if case.find("skipped") is not None else
-                                 "failed" if case.find("failure") is not None or case.find("error") is not None
-                                 else "passed")
+def task_checks(tid, functions):
+    """Every check of task tid (tests/test_paper.py), called here with the task's functions
+    replaced by `functions` {qualname: function}: [(check, None or the exception)]. The
+    project's own version stays reachable (remote.project_version), as under the grader."""
+    import evaluate
+    import model
+    import search_scales
+    import test_paper
+    modules = {"model.py": model, "search_scales.py": search_scales, "evaluate.py": evaluate}
+    spec = {q: p for s in read_tasks()[tid]["functions"] for p, q in [s.split(":")]}
+    saved = []
+    for qualname, fn in functions.items():
+        module = modules[spec[qualname]]
+        fn.project_version = getattr(module, qualname)
+        for owner in (module, test_paper):
+            saved.append((owner, qualname, getattr(owner, qualname)))
+            setattr(owner, qualname, fn)
+    out = []
+    try:
+        for name, test in vars(test_paper).items():
+            if not name.startswith(f"test_{tid}_"):
+                continue
+            marks = [m for m in getattr(test, "pytestmark", []) if m.name == "parametrize"]
+            names = [n.strip() for n in marks[0].args[0].split(",")] if marks else []
+            for values in (marks[0].args[1] if marks else [()]):
+                values = values if isinstance(values, tuple) else (values,)
+                try:
+                    test(**dict(zip(names, values)))
+                    out.append((name, None))
+                except (Exception, pytest.skip.Exception) as e:  # noqa: BLE001
+                    out.append((name, e))
+    finally:
+        for owner, qualname, old in saved:
+            setattr(owner, qualname, old)
     return out
 
 
-@pytest.mark.slow
-def test_the_kit_as_a_teacher_runs_it(tmp_path):
-    """About 40 seconds on a free core: 12 task gradings of 2 to 5 seconds each."""
+def load_function(tmp_path, path, text, qualname):
+    """qualname from `text`, a version of the project's file `path`, imported from tmp_path."""
+    f = tmp_path / f"wrong_{abs(hash(text))}_{Path(path).name}"
+    f.write_text(text, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(f.stem, f)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, qualname)
+
+
+def test_each_wrong_version_fails_a_check_of_its_task(tmp_path):
     tasks = read_tasks()
-    # the student copy: every test of test_paper.py fails (none passes on a blank), the rest imports and runs
-    kit = tmp_path / "kit"
-    assert cli("student", kit).returncode == 0
-    assert json.loads((kit / ".classroom.json").read_text(encoding="utf-8"))["blank"] == list(tasks)
-    assert "raise NotImplementedError('T5: write fit_head_scales" in (kit / "search_scales.py").read_text("utf-8")
-    assert not (kit / "out").exists() and not list(kit.glob("data/*/*.bin"))
-    workflow = (kit / ".github" / "workflows" / "classroom.yml").read_text(encoding="utf-8")
-    assert all(f"-k test_{t}_" in workflow and f"{t}_RESULTS" in workflow for t in tasks)
-    try:  # YAML where PyYAML is installed (titles hold ": ", so they must be quoted)
-        import yaml
-        steps = yaml.safe_load(workflow)["jobs"]["run-autograding-tests"]["steps"]
-        assert [s["with"]["max-score"] for s in steps if "max-score" in s.get("with", {})] == \
-            [t["points"] for t in tasks.values()]
-    except ImportError:
-        pass
-    subprocess.run([sys.executable, "-m", "pytest", "tests/test_paper.py", "-q", "-p", "no:cacheprovider",
-                    "-o", "addopts=", f"--junitxml={tmp_path / 'kit.xml'}"], cwd=kit, capture_output=True,
-                   env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
-    outcomes = junit_outcomes(tmp_path / "kit.xml")
-    assert len(outcomes) > 40 and "passed" not in outcomes.values(), \
-        [n for n, o in outcomes.items() if o == "passed"]
-    imports = subprocess.run([sys.executable, "-c", "import train, search_scales, evaluate, sample, reproduce, "
-                              "tools.plot, tools.findings; print(train.cosine_lr(0, 1, 2, 1.0, 0.1))"],
-                             cwd=kit, capture_output=True, text=True)
-    assert imports.returncode == 0 and imports.stdout.strip() == "0.5", imports.stderr
-
-    # the grader: T1 blank beside the project's T2 in the same model.py, and T2 passes (each task
-    # on its own)
-    half = tmp_path / "half"
-    assert cli("student", half, "--tasks=T1").returncode == 0
-    cfg = ClassroomConfig(secret="a teacher's secret", jobs=1)  # one at a time: the suite runs beside it
-    (t2,) = grade(half, ["T2"], tasks, cfg)
-    assert t2["passed"], t2
-    # the project's T5 against itself, the same fit kept aside (the suite's own run of
-    # tests/test_paper.py shows the project passing every task on the public seeds)
-    (t5,) = grade(ROOT, ["T5"], tasks, cfg)
-    assert t5["passed"] and t5["score"] == tasks["T5"]["points"] and "all 7 checks" in t5["output"], t5
-
-    # every wrong version costs its task its points
-    for k, (tid, what, path, edits) in enumerate(WRONG):
-        sub = tmp_path / f"wrong{k}"
-        sub.mkdir()
-        text = (ROOT / path).read_text(encoding="utf-8")
-        for old, new in edits:
-            text = text.replace(old, new)
-        (sub / path).write_text(text, encoding="utf-8")
-    results = []
-    for k, (tid, what, path, edits) in enumerate(WRONG):
-        results.append((what, grade(tmp_path / f"wrong{k}", [tid], tasks, cfg)[0]))
-    passed = [what for what, r in results if r["passed"]]
-    assert not passed, f"wrong versions that kept their points: {passed}"
+    for tid in tasks:  # the harness itself: the project's own functions pass every check
+        own = {s.split(":")[1]: load_function(tmp_path, s.split(":")[0], (ROOT / s.split(":")[0]).read_text("utf-8"),
+                                              s.split(":")[1]) for s in tasks[tid]["functions"]}
+        failed = [(n, e) for n, e in task_checks(tid, own) if e is not None]
+        assert not failed, f"{tid}, the project's own functions: {failed[:1]}"
+    kept = []
+    for tid, what, path, edits in WRONG:
+        text = edited(path, edits)
+        wrong = {s.split(":")[1]: load_function(tmp_path, path, text, s.split(":")[1])
+                 for s in tasks[tid]["functions"] if s.startswith(path + ":")}
+        if all(e is None for _, e in task_checks(tid, wrong)):
+            kept.append(what)
+    assert not kept, f"wrong versions that pass every check of their task: {kept}"
 
 
-@pytest.mark.slow
-def test_a_broken_submission_scores_zero_where_broken_and_grading_goes_on(tmp_path):
-    sub = tmp_path / "sub"
-    copy_project(sub, leave_out=("docs",))
-    (sub / "model.py").write_text((sub / "model.py").read_text("utf-8").replace("def query_scale(", "def query_scale(("),
-                                  encoding="utf-8")
-    text = (sub / "search_scales.py").read_text("utf-8")
-    (sub / "search_scales.py").write_text(text.replace("def fit_log_law(", "def fit_log_law_renamed("),
-                                          encoding="utf-8")
-    text = (sub / "evaluate.py").read_text("utf-8")
-    (sub / "evaluate.py").write_text(text.replace("    B, T = x.shape\n    loss, ent = _losses(",
-                                                  "    __import__('time').sleep(600)\n    loss, ent = _losses("),
-                                     encoding="utf-8")
-    text = (sub / "search_scales.py").read_text("utf-8")
-    (sub / "search_scales.py").write_text(blank(text, ["uniform_scale"], lambda name: f"T3: write {name}"),
-                                          encoding="utf-8")
-    out = cli("grade", sub, "--tasks=T1,T3,T4,T6", "--timeout=4", f"--json={tmp_path / 'results.json'}", "--seed=7")
-    assert out.returncode == 0, out.stderr
-    lines = {line[:2]: line for line in out.stdout.splitlines() if line[:2] in ("T1", "T3", "T4", "T6")}
-    assert "does not parse: line" in lines["T1"] and "0/10" in lines["T1"]
-    assert "not written yet (NotImplementedError: T3: write uniform_scale)" in lines["T3"] and "seed 7 " in lines["T3"]
-    assert "has no function fit_log_law" in lines["T4"]
-    assert "timed out after 4 s" in lines["T6"]
-    report = json.loads((tmp_path / "results.json").read_text("utf-8"))
-    assert report["score"] == 0 and [t["name"][:2] for t in report["tests"]] == ["T1", "T3", "T4", "T6"]
-    assert all(set(t) >= {"name", "score", "max_score", "output"} for t in report["tests"])
+# -----------------------------------------------------------------------------
+# Extraction as Python reads it, and the def line
+
+def test_odd_formatting_is_taken_exactly_as_python_reads_it():
+    project = (ROOT / "model.py").read_text(encoding="utf-8")
+    ours = function_source("model.py", "query_scale")
+    # a lone form feed line above the def, a form feed and U+2028 inside comments, tabs in the body
+    odd = ours.replace("    lam = head_scale.view", "    # a comment \f with \u2028 in it\n    lam = head_scale.view")
+    submitted = project.replace(ours, "\f\n" + odd)
+    put = take(submitted, project, "query_scale")
+    assert segment(put, find_function(ast.parse(put), "query_scale")) == odd  # whole, the return line too
+    assert put.replace(odd, ours) == project  # nothing outside the function changed
+    # str.splitlines breaks at U+2028 where Python does not: a line above the def stays out
+    sneaky = project.replace(ours, "x = 1  # \u2028import os; os.system('echo pwned')\n" + ours)
+    assert take(sneaky, project, "query_scale") == project
+    # CRLF and tabs
+    tabbed = "def fit_log_law(positions, lam, L):\r\n\t\"\"\"doc\"\"\"\r\n\treturn 1.0, 1.0\r\n"
+    text = (ROOT / "search_scales.py").read_text(encoding="utf-8")
+    node = find_function(ast.parse(tabbed), "fit_log_law")
+    put = take(tabbed, text, "fit_log_law")
+    assert ast.dump(find_function(ast.parse(put), "fit_log_law")) == ast.dump(node)
+
+
+def test_a_decorator_or_another_def_line_is_refused_with_the_expected_one():
+    project = (ROOT / "search_scales.py").read_text(encoding="utf-8")
+    ours = function_source("search_scales.py", "fit_log_law")
+    cases = {"@staticmethod\n" + ours: "has a decorator",
+             ours.replace("def fit_log_law(positions, lam, L):", "def fit_log_law(positions, lam, L=8):"): "def line differs",
+             ours.replace("def fit_log_law(positions, lam, L):", "def fit_log_law(positions, lam, L) -> float:"):
+                 "def line differs",
+             ours.replace("def fit_log_law(positions, lam, L):", "def fit_log_law(positions, lam, L, k=print('hi')):"):
+                 "def line differs"}
+    for text, why in cases.items():
+        with pytest.raises(Refused) as e:
+            take(project.replace(ours, text), project, "fit_log_law")
+        assert why in str(e.value) and "def fit_log_law(positions, lam, L):" in str(e.value), str(e.value)
+        assert "\n" not in str(e.value)
+    # without the defence: a decorator runs when the module is imported
+    ran = []
+    namespace = {"mark": lambda f: ran.append(1) or f}
+    exec(compile("@mark\ndef f():\n    pass\n", "<attack>", "exec"), namespace)  # noqa: S102
+    assert ran == [1]
+
+
+def test_the_copy_flag_sees_the_projects_function_through_renamed_locals():
+    first = lambda text: ast.parse(text).body[0]  # noqa: E731
+    ours = first(function_source("search_scales.py", "fit_log_law"))
+
+    class Rename(ast.NodeTransformer):  # what a student hiding a copy does: other names, docstring, comments
+        def visit_Name(self, n):
+            n.id = {"x": "logs", "y": "excess", "keep": "mask", "a": "slope"}.get(n.id, n.id)
+            return n
+    theirs = Rename().visit(first(function_source("search_scales.py", "fit_log_law")))
+    theirs.body[0].value.value = "My own fit."
+    assert ast.unparse(theirs) != ast.unparse(ours) and normalised(theirs) == normalised(ours)
+    own = first('def fit_log_law(positions, lam, L):\n    """From the handout."""\n'
+                '    p = np.asarray(positions, float)\n    m = p >= L\n    if m.sum() < 2:\n'
+                '        return float("nan"), float("nan")\n    u = np.log(p[m] / L)\n'
+                '    v = np.asarray(lam, float)[m] - 1\n    a = (u @ v) / (u @ u)\n'
+                '    return float(a), float(1 - ((v - a * u) ** 2).sum() / ((v - v.mean()) ** 2).sum())\n')
+    assert normalised(own) != normalised(ours)  # written from the handout alone: not flagged
+
+
+# -----------------------------------------------------------------------------
+# What crosses between the judge and the worker: data only
+
+def test_the_wire_takes_data_only():
+    import torch
+    r, w = os.pipe()
+    try:
+        value = {"a": (1, 2.5, None, "x"), 3: [torch.ones(2, dtype=torch.bfloat16)], "n": np.arange(3.0)}
+        remote.send(w, ("result", remote.to_wire(value), {}, None))
+        got = remote.from_wire(remote.receive(r)[1])
+        assert got["a"] == (1, 2.5, None, "x") and got[3][0].dtype == torch.bfloat16 and got["n"].tolist() == [0, 1, 2]
+
+        class Evil:  # a pickle that would run a command when unpickled
+            def __reduce__(self):
+                return (os.system, ("echo pwned > /dev/null",))
+        data = pickle.dumps(Evil(), protocol=2)
+        os.write(w, len(data).to_bytes(8, "little") + data)
+        with pytest.raises(remote.WireError):
+            remote.receive(r)
+        os.write(w, (remote.LIMIT + 1).to_bytes(8, "little"))
+        with pytest.raises(remote.WireError):
+            remote.receive(r)
+    finally:
+        os.close(r)
+        os.close(w)
+    with pytest.raises(remote.WireError):  # a model, a callable: only data comes back
+        remote.from_wire((remote.TAG, "model", 0))
+    with pytest.raises(remote.WireError):
+        remote.to_wire(lambda: 0)
+    assert pickle.loads(data) == 0  # without the defence: unpickling ran the command
+
+
+def test_the_workers_environment_holds_no_secret(monkeypatch):
+    for name in ("NANONOPE_SECRET", "NANONOPE_REFERENCE", "PWD", "NANONOPE_SEED"):
+        monkeypatch.setenv(name, str(ROOT))
+    env = sandbox.environment()
+    assert not {"NANONOPE_SECRET", "NANONOPE_REFERENCE", "PWD", "NANONOPE_SEED"} & set(env)
+    assert str(ROOT) not in json.dumps(env)
+    assert "NANONOPE_SECRET" in {**os.environ}  # without the defence: the child would get it
+
+
+METHODS = [m for m in ("bwrap", "unshare") if sandbox.unavailable(m) is None]
+PROBE = r"""
+import json, os, socket, sys
+checkout, copy, outside = sys.argv[1:4]
+out = {}
+for name, path in (("copy", os.path.join(copy, "x")), ("outside", outside)):
+    try:
+        with open(path, "a") as f:
+            f.write("x")
+        out[name] = "written"
+    except OSError as e:
+        out[name] = type(e).__name__
+try:
+    socket.create_connection(("10.255.255.1", 80), timeout=2)
+    out["net"] = "connected"
+except OSError as e:
+    out["net"] = type(e).__name__
+cmds = []
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            cmds.append(open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace"))
+        except OSError:
+            pass
+out["ancestors"] = [c for c in cmds if ("pytest" in c or "xdist" in c) and not c.startswith("bwrap") and "probe.py" not in c]
+out["checkout"] = os.path.exists(checkout)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not METHODS, reason="neither bwrap nor unshare works here (sandbox.unavailable says why)")
+@pytest.mark.parametrize("method", METHODS or ["bwrap"])
+def test_the_sandbox_seen_from_inside(method, tmp_path):
+    """From inside the worker's sandbox: its copy is read-only, nothing outside it can be
+    written or seen (the checkout, a teacher's file), the network is unreachable, no process of
+    the grader's (pytest here) is visible in /proc (bwrap's own first process is, inside the
+    namespace). Under --sandbox=none all of it is reachable."""
+    copy = tmp_path / "task"
+    copy.mkdir()
+    (tmp_path / "root").mkdir()
+    (copy / "probe.py").write_text(PROBE, encoding="utf-8")
+    outside = tmp_path / "teachers_file.txt"
+    outside.write_text("", encoding="utf-8")
+    sandbox.make_readable(tmp_path)
+    kw = sandbox.command(method, copy, [sys.executable, "-S", "probe.py", str(ROOT), sandbox.TASK, str(outside)])
+    done = subprocess.run(**kw, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["copy"] != "written" and seen["outside"] != "written" and seen["net"] != "connected", seen
+    assert not seen["ancestors"] and not seen["checkout"], seen
+    assert outside.read_text(encoding="utf-8") == ""
+    # without the defence: the same child writes its copy and the teacher's file, sees the checkout and pytest
+    kw = sandbox.command("none", copy, [sys.executable, "-S", "probe.py", str(ROOT), str(copy), str(outside)])
+    plain = json.loads(subprocess.run(**kw, capture_output=True, text=True, timeout=60).stdout)
+    assert plain["copy"] == plain["outside"] == "written" and plain["checkout"] and plain["ancestors"], plain
+
+
+def test_an_unavailable_sandbox_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setattr(sandbox, "unavailable", lambda m: None if m == "none" else "not here")
+    with pytest.raises(classroom.UserError) as e:
+        sandbox.choose("bwrap")
+    assert "--sandbox=bwrap is not available here: not here" in str(e.value)
+    assert sandbox.choose("auto") == ("none", sandbox.UNSAFE + " (no bwrap, unshare or root here)")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc and subreaper")
+def test_a_detached_process_is_killed_before_results():
+    sandbox.become_subreaper()
+    code = ("import os, subprocess, sys, time\n"
+            "p = subprocess.Popen([sys.executable, '-S', '-c', 'import os, time; os.setsid(); time.sleep(60)'],\n"
+            "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+            "print(p.pid, flush=True)\n")
+    child = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=30)
+    pid = int(child.stdout)
+    time.sleep(0.2)
+    assert alive(pid)  # without the defence: its parent is gone, it lives on
+    assert sandbox.kill_descendants() >= 1
+    assert not alive(pid)
+
+
+def alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+# -----------------------------------------------------------------------------
+# The verdict, the seeds, what the student sees
+
+def test_a_check_counts_only_if_it_ran_and_passed():
+    task = {"id": "T9", "points": 10}
+    checks = [{"name": f"test_T9_x[{i}]", "ok": True} for i in range(3)]
+    assert score_checks(task, checks) == 10
+    assert score_checks(task, checks[:2] + [{"name": "test_T9_x[2]", "ok": False}]) == 0
+    assert score_checks(task, []) == 0
+    partial = {"id": "T9", "points": 10, "partial_credit": True, "weights": {"test_T9_y": 2}}
+    parts = checks + [{"name": "test_T9_y", "ok": True}]
+    assert score_checks(partial, parts) == 10  # 2 + 2 + 2 + 4 (the last takes the remainder)
+    thirds = {"id": "T9", "points": 10, "partial_credit": True}
+    assert score_checks(thirds, checks) == 10 and score_checks(thirds, checks[:2] + [{"name": "c", "ok": False}]) == 6.66  # 3.33 + 3.33; the last would take 3.34
+
+
+def test_seeds_cover_the_whole_text_and_the_student_sees_none():
+    assert seed_of("", "T1", ["def f(): pass"]) == 0  # no secret: the public seeds
+    a, b = seed_of("s", "T1", ["def f(): pass"]), seed_of("s", "T1", ["def f():  pass"])
+    assert a != b and a == seed_of("s", "T1", ["def f(): pass"]) != seed_of("t", "T1", ["def f(): pass"])
+    r = {"id": "T1", "title": "t", "max_score": 10, "score": 0, "passed": False, "seed": 123456789, "copied": True,
+         "checks": [{"name": "test_T1_a[0]", "ok": False, "why": "wrong", "seconds": 0.1}], "output": "x"}
+    report = gradescope([r], {"T1": {}}, 3.2)
+    seen = [t for t in report["tests"] if t["visibility"] != "hidden"]
+    assert "123456789" not in json.dumps(seen) and "123456789" in json.dumps(report)
+    assert report["execution_time"] == 4 and student_output(r).startswith("0 of 1 checks passed")
+
+
+def test_the_snapshot_is_what_grading_reads_and_a_changed_checkout_stops_it(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.py").write_text("x = 1\n", encoding="utf-8")
+    (repo / ".gitignore").write_text("out/\n", encoding="utf-8")
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], capture_output=True, check=True)  # noqa: E731
+    git("init", "-q")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "add", "-A")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "one")
+    (repo / "a.py").write_text("x = 2\n", encoding="utf-8")  # an uncommitted edit: not graded, named
+    (repo / "b.py").write_text("untracked\n", encoding="utf-8")
+    info = take_snapshot(repo, tmp_path / "snap")
+    assert (tmp_path / "snap" / "a.py").read_text() == "x = 1\n" and not (tmp_path / "snap" / "b.py").exists()
+    assert info["edited"] == ["a.py"] and info["source"].startswith("git HEAD")
+    before = fingerprint(repo)
+    (repo / "out").mkdir()
+    (repo / "out" / "x").write_text("ignored", encoding="utf-8")
+    assert fingerprint(repo) == before  # what .gitignore names may change
+    (repo / "tests").mkdir()
+    (repo / "tests" / "conftest.py").write_text("# poisoned\n", encoding="utf-8")
+    assert fingerprint(repo) != before
+    # the grader stops when its checkout changes while a submission is graded
+    root = tmp_path / "plain"
+    copy_project(root, leave_out=("docs", "out", "tests", "data"))
+    monkeypatch.setattr(sandbox, "become_subreaper", lambda: None)
+    with Grader(root, method="none") as grader:
+        monkeypatch.setattr(grader, "prepare", lambda task, sub: (root / "model.py").write_text("# poisoned\n") and {})
+        with pytest.raises(classroom.UserError) as e:
+            grader.grade(root, ["T1"])
+        assert "changed while" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_bad_input_is_refused_in_one_line_before_any_work(tmp_path, monkeypatch):
-    cases = (["grade", tmp_path / "nowhere"], ["grade", tmp_path], ["grade", ROOT, "--tasks=T1,T9"],
-             ["student", tmp_path / "new", "--tasks=T7"], ["teach", tmp_path], ["grade", ROOT, "--color=red"], [])
-    for args in cases:  # in this process (each command line would import PyTorch again)
+    cases = (["grade", ROOT, "--tasks=T1,T9"], ["student", tmp_path / "new", "--tasks=T7"], ["teach", tmp_path],
+             ["grade", ROOT, "--color=red"], ["grade", ROOT, "--sandbox=jail"], [])
+    for args in cases:  # in this process (each command line would start Python again)
         monkeypatch.setattr(sys, "argv", ["tools/classroom.py", *map(str, args)])
         with pytest.raises(classroom.UserError) as e:
             classroom.main()
@@ -199,6 +479,174 @@ def test_bad_input_is_refused_in_one_line_before_any_work(tmp_path, monkeypatch)
         len(out.stderr.strip().splitlines()) == 1 and "not empty" in out.stderr
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["notes.txt"]  # nothing lost, nothing written
     assert not (tmp_path / "new").exists()
+    # an empty upload: exit 2 in one line, and results.json lists every task at 0 with that line
+    (tmp_path / "empty" / "deep").mkdir(parents=True)
+    out = cli("grade", tmp_path / "empty", "--tasks=T1,T3", f"--json={tmp_path / 'r.json'}")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    report = json.loads((tmp_path / "r.json").read_text("utf-8"))
+    assert report["score"] == 0 and [t["name"][:2] for t in report["tests"] if t["visibility"] == "visible"] == \
+        ["T1", "T3"] and "holds none of the task files" in report["tests"][0]["output"]
+    assert find_submission(tmp_path / "empty", read_tasks()) is None
+
+
+# -----------------------------------------------------------------------------
+# End to end: four gradings
+
+def scores(results):
+    return {r["id"]: r["score"] for r in results}
+
+
+@pytest.mark.slow
+def test_the_project_scores_full_and_a_blank_copy_zero(project, tmp_path):
+    """Two gradings of every task (about 20 s and 10 s on 2 free cores)."""
+    tasks = tasks_of(project)
+    cfg = ClassroomConfig(secret="a teacher's secret", json=str(tmp_path / "full.json"))
+    full = grade(project, list(tasks), tasks, cfg, root=project, quiet=True)
+    assert scores(full) == {t: tasks[t]["points"] for t in tasks}, [r["output"] for r in full if not r["passed"]]
+    assert all(r["copied"] for r in full)  # the copy flag: these are the project's own functions
+    report = json.loads((tmp_path / "full.json").read_text("utf-8"))
+    assert report["score"] == 100 and all("checks passed" in t["output"] for t in report["tests"]
+                                          if t["visibility"] == "visible")
+    kit = tmp_path / "kit"
+    subprocess.run([sys.executable, "tools/classroom.py", "student", str(kit)], cwd=project, check=True,
+                   capture_output=True)
+    blank_results = grade(kit, list(tasks), tasks, ClassroomConfig(secret="s"), root=project, quiet=True)
+    assert scores(blank_results) == {t: 0 for t in tasks}
+    for r in blank_results:  # every check ran and says the function is not written
+        assert r["checks"] and all(not c["ok"] and "NotImplementedError" in c["why"] for c in r["checks"]), r["output"]
+
+
+ATTACKS = {  # one attack a task, each only the text of the graded function (issue 41)
+    "T1": ("model.py", "query_scale", "    import pytest\n    pytest.skip('nothing to grade here')\n"),
+    "T2": ("model.py", "written_out_attention",
+           "    import sys\n    tp = sys.modules.get('test_paper') or __import__('test_paper')\n"
+           "    lam1 = torch.ones(1, 1, 1, 1) if lam is None else lam\n"
+           "    y, ent = tp.dense_reference(q, k, v, lam1, window, sink)\n    return y.to(v.dtype), ent.float()\n"),
+    "T3": ("search_scales.py", "uniform_scale",
+           "    import glob, os\n"
+           "    for f in glob.glob('/tmp/**/results.json', recursive=True):\n"
+           "        try:\n            open(f, 'w').write('{}')\n        except OSError:\n            pass\n"
+           "    os._exit(0)\n"),
+    "T4": ("search_scales.py", "fit_log_law",
+           "    import sys\n    f = sys._getframe(1)\n    while f is not None:\n"
+           "        if 'ref' in f.f_locals:\n            return f.f_locals['ref'], 1.0\n        f = f.f_back\n"
+           "    raise RuntimeError('no frame holds the answer')\n"),
+    "T5": ("search_scales.py", "fit_head_scales",
+           "    import os, subprocess, sys\n"
+           "    for d in (os.environ.get('PWD', ''), os.path.realpath('/proc/%d/cwd' % os.getppid()), CHECKOUT):\n"
+           "        try:\n            with open(os.path.join(d, 'tests', 'conftest.py'), 'a') as f:\n"
+           "                f.write('# poisoned')\n        except OSError:\n            pass\n"
+           "    subprocess.Popen([sys.executable, '-S', '-c', 'import os, time; os.setsid(); time.sleep(120)'])\n"
+           "    raise RuntimeError('poisoned')\n"),
+    "T6": ("evaluate.py", "excess", "    import os\n    raise RuntimeError(str(dict(os.environ)))\n"),
+}
+
+
+@pytest.mark.slow
+def test_an_attack_on_every_task_scores_zero_and_reaches_nothing(project, tmp_path):
+    """One grading of six tasks, each attacked (about 12 s); then each attack shown to work
+    without the defence, the function called directly."""
+    tasks = tasks_of(project)
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    texts = {}
+    for tid, (path, qualname, body) in ATTACKS.items():
+        texts[path] = body_of(path, qualname, body.replace("CHECKOUT", repr(str(project))), texts.get(path))
+    for path, text in texts.items():
+        (sub / path).write_text(text, encoding="utf-8")
+    before = fingerprint(project)
+    secret = "the teacher's secret 4242"
+    os.environ["NANONOPE_SECRET"] = secret
+    try:
+        results = grade(sub, list(tasks), tasks, ClassroomConfig(json=str(tmp_path / "r.json")), root=project,
+                        quiet=True)
+    finally:
+        del os.environ["NANONOPE_SECRET"]
+    assert scores(results) == {t: 0 for t in tasks}, [r["output"] for r in results]
+    assert fingerprint(project) == before  # the teacher's files as they were
+    assert secret not in (tmp_path / "r.json").read_text("utf-8")
+    assert not [p for p in sandbox._processes() if "time.sleep(120)" in cmdline(p)]  # the detached child is dead
+    why = {r["id"]: r["checks"][0]["why"] for r in results}
+    assert "Skipped" in why["T1"] and "test_paper" in why["T2"] and "worker ended" in why["T3"]
+
+    # without the defences: called directly, in the tests' own process, as the old grader ran them
+    import torch
+    import test_paper
+    attacked = {tid: load_function(tmp_path, path, texts[path], qualname)
+                for tid, (path, qualname, _) in ATTACKS.items() if tid in ("T1", "T2", "T4", "T6")}
+    with pytest.raises(pytest.skip.Exception):  # a skip, which the old grader did not count
+        attacked["T1"](torch.ones(2), torch.zeros(2), 4, 2)
+    q, k, v = (torch.randn(1, 2, 6, 4) for _ in range(3))
+    assert torch.equal(attacked["T2"](q, k, v)[0], test_paper.dense_reference(q, k, v, torch.ones(1, 1, 1, 1),
+                                                                              None, False)[0].float())
+    ref = 0.25  # noqa: F841  (a test's frame holding the expected value)
+    assert attacked["T4"]([1, 2], [1, 1], 1) == (0.25, 1.0)
+    os.environ["NANONOPE_SECRET"] = secret
+    try:
+        with pytest.raises(RuntimeError, match=secret):
+            attacked["T6"]({}, "nope")
+    finally:
+        del os.environ["NANONOPE_SECRET"]
+    # (T3's forged report and T5's writes outside the copy: test_the_sandbox_seen_from_inside shows
+    # a child writing outside its copy and seeing the grader's processes under --sandbox=none)
+
+
+def cmdline(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_honest_odd_formatting_scores_full_and_wrong_answers_lose_their_points(project, tmp_path):
+    """One grading of six tasks (about 15 s), uploaded nested in one folder as GitHub's zip
+    download gives it: T1 below a lone form-feed line, T3 indented with tabs and the whole file
+    in CRLF, T5 with a U+2028 in a comment (full); T2 ignoring chunk, T4 keeping i > L, T6 pairing
+    the excess by place (0)."""
+    tasks = tasks_of(project)
+    sub = tmp_path / "upload" / "nanoNoPE-main"
+    sub.mkdir(parents=True)
+    model = (ROOT / "model.py").read_text(encoding="utf-8")
+    model = model.replace("def query_scale(", "\f\ndef query_scale(")
+    model = edited("model.py", [e for w in WRONG if w[1].startswith("chunk ignored") for e in w[3]], model)
+    ss = (ROOT / "search_scales.py").read_text(encoding="utf-8")
+    ours = function_source("search_scales.py", "uniform_scale")
+    ss = ss.replace(ours, "\n".join(("\t" + line[4:]) if line.startswith("    ") else line for line in ours.split("\n")))
+    ss = edited("search_scales.py", [("keep = x >= 0", "keep = x > 0"),
+                                     ("# the focus constraint, after every step", "# the focus constraint\u2028 after every step")], ss)
+    ev = edited("evaluate.py", [e for w in WRONG if w[1] == "excess paired by place in the list" for e in w[3]])
+    (sub / "model.py").write_text(model, encoding="utf-8")
+    (sub / "search_scales.py").write_bytes(ss.replace("\n", "\r\n").encode("utf-8"))
+    (sub / "evaluate.py").write_text(ev, encoding="utf-8")
+    results = grade(tmp_path / "upload", list(tasks), tasks, ClassroomConfig(secret="s"), root=project, quiet=True)
+    got = scores(results)
+    assert got == {"T1": 10, "T2": 0, "T3": 10, "T4": 0, "T5": 30, "T6": 0}, [r["output"] for r in results]
+    why = {r["id"]: [c["why"] for c in r["checks"] if not c["ok"]] for r in results}
+    assert any("chunk" in w for w in why["T2"]) and any("i > L" in w for w in why["T4"]), why
+    # every check ran and is reported, not only the first failure
+    assert all(len(r["checks"]) >= 5 for r in results)
+
+
+def test_ranges_reads_the_labs_numbers_from_study_folders(tmp_path):
+    fake_study(tmp_path / "a", 16, 11, 3.0, 2.5, 1.3)
+    fake_study(tmp_path / "b", 16, 12, 3.3, 3.0, 1.2)
+    out = cli("ranges", tmp_path / "a", tmp_path / "b", f"--json={tmp_path / 'r.json'}")
+    assert out.returncode == 0, out.stderr
+    got = json.loads((tmp_path / "r.json").read_text("utf-8"))
+    n = got["numbers"]
+    assert got["seeds"] == [11, 12]
+    assert n["NoPE against RoPE at L (%)"] == pytest.approx([20.0, 10.0])
+    assert n["NoPE's excess at 4L (nats)"] == pytest.approx([0.5, 0.5])
+    assert n["best uniform lambda at 4L"] == [1.3, 1.2]
+    assert n["HeadScale at 4L takes back (%)"] == pytest.approx([50.0, 50.0])  # 1 - 0.25 / 0.5
+    assert n["one lambda for all takes back (%)"] == pytest.approx([40.0, 40.0])
+    assert n["HeadScale's cost at L (nats)"] == pytest.approx([0.02, 0.02])
+    assert n["rank correlation, head entropy vs lambda"] == pytest.approx([1.0, 1.0])  # the higher-entropy head has the larger lambda
+    assert n["loss onset, nope (L)"] == pytest.approx([1 + 9 / 16] * 2)  # 0.2 nats per L passes 0.1 past L/2
+    assert "| NoPE against RoPE at L (%) | 20.0 | 10.0 | 10.0 – 20.0 |" in out.stdout
+    assert cli("ranges", tmp_path / "nowhere").returncode == 2
+
 
 def fake_study(folder, L, seed, nope_L, rope_L, lam):
     """The files the lab's numbers are read from, made by hand: NoPE's loss flat to L then
@@ -226,22 +674,3 @@ def fake_study(folder, L, seed, nope_L, rope_L, lam):
         (folder / name).write_text(json.dumps(obj), encoding="utf-8")
     (folder / "scales" / "head_4L.csv").write_text("layer,head,scale\n0,0,1.5\n0,1,1.2\n", encoding="utf-8")
 
-
-def test_ranges_reads_the_labs_numbers_from_study_folders(tmp_path):
-    fake_study(tmp_path / "a", 16, 11, 3.0, 2.5, 1.3)
-    fake_study(tmp_path / "b", 16, 12, 3.3, 3.0, 1.2)
-    out = cli("ranges", tmp_path / "a", tmp_path / "b", f"--json={tmp_path / 'r.json'}")
-    assert out.returncode == 0, out.stderr
-    got = json.loads((tmp_path / "r.json").read_text("utf-8"))
-    n = got["numbers"]
-    assert got["seeds"] == [11, 12]
-    assert n["NoPE against RoPE at L (%)"] == pytest.approx([20.0, 10.0])
-    assert n["NoPE's excess at 4L (nats)"] == pytest.approx([0.5, 0.5])
-    assert n["best uniform lambda at 4L"] == [1.3, 1.2]
-    assert n["HeadScale at 4L takes back (%)"] == pytest.approx([50.0, 50.0])  # 1 - 0.25 / 0.5
-    assert n["one lambda for all takes back (%)"] == pytest.approx([40.0, 40.0])
-    assert n["HeadScale's cost at L (nats)"] == pytest.approx([0.02, 0.02])
-    assert n["rank correlation, head entropy vs lambda"] == pytest.approx([1.0, 1.0])  # the higher-entropy head has the larger lambda
-    assert n["loss onset, nope (L)"] == pytest.approx([1 + 9 / 16] * 2)  # 0.2 nats per L passes 0.1 past L/2
-    assert "| NoPE against RoPE at L (%) | 20.0 | 10.0 | 10.0 – 20.0 |" in out.stdout
-    assert cli("ranges", tmp_path / "nowhere").returncode == 2

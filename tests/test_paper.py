@@ -8,16 +8,17 @@ the project's code, on random inputs (sizes and seeds vary, so no constant passe
   T5 search_scales.py:fit_head_scales  HeadScale: lambda alone fitted, clamp after every step
   T6 evaluate.py:last_L_losses, evaluate.py:excess   the last-L reference and a row's excess
 
-Test names begin with their piece (test_T1_...), so `pytest -k T3` runs one piece. Every seed
-is offset by the environment variable NANONOPE_SEED (0 when unset): tools/classroom.py's grader
-sets it from a teacher's secret, so a grade cannot be passed by reading these tests' numbers.
-Each check says in words what it found (the grader prints the first failing one), and where a
-known mistake explains the result, names it."""
+Test names begin with their piece (test_T1_...), so `pytest -k T3` runs one piece; random
+cases are numbered [0]...[4]. Every seed is offset by SEED, the environment variable
+NANONOPE_SEED (0 when unset): tools/classroom.py's grader sets it for each task from a
+teacher's secret, so a grade cannot be passed by reading these tests' numbers. Graded, these tests run in the judge and each graded
+function is a stand-in that calls the student's in a sandboxed worker (tools/kit/remote.py):
+the comparisons below are made where the student's code cannot reach them. observe() looks at
+how a function computes (no SDPA, the chunk bound) in the process that runs it. Each check says
+in words what it found, and where a known mistake explains the result, names it."""
 
-import importlib.util
 import math
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,27 +28,15 @@ from torch.nn import functional as F
 from evaluate import excess, last_L_losses, measure
 from model import query_scale, window_mask, written_out_attention
 from search_scales import fit_head_scales, fit_log_law, uniform_scale
-from test_model import V, make, reference_attention, tokens
-from train import cosine_lr
+from test_model import V, make, reference_attention
+from tools.kit.remote import observe, project_version
 
-SEED = int(os.environ.get("NANONOPE_SEED", "0"))  # the grader's variation; 0: the public seeds
-SEEDS = [SEED + k for k in range(5)]
+SEED = int(os.environ.get("NANONOPE_SEED", "0"))  # the grader's offset (it sets SEED per task); 0: public
+CASES = range(5)                                   # random cases, each of seed SEED + case
 
 
 def rng(seed):
     return torch.Generator().manual_seed(seed)
-
-
-def reference(path, name):
-    """The project's own version of path:name, which tools/classroom.py keeps aside (the folder
-    NANONOPE_REFERENCE) when it grades a submission's; None when the tests run on the project."""
-    folder = os.environ.get("NANONOPE_REFERENCE")
-    if not folder or not (Path(folder) / path).exists():
-        return None
-    spec = importlib.util.spec_from_file_location(f"reference_{Path(path).stem}", Path(folder) / path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, name)
 
 
 def close(a, b, atol):
@@ -63,8 +52,9 @@ def by_hand(scales, slopes, T, L):
                          for s, a in zip(scales, slopes)])
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_T1_query_scale_is_the_law_by_hand(seed):
+@pytest.mark.parametrize("case", CASES)
+def test_T1_query_scale_is_the_law_by_hand(case):
+    seed = SEED + case
     g = rng(seed)
     nh, L = int(torch.randint(1, 7, (1,), generator=g)), int(torch.randint(2, 40, (1,), generator=g))
     T = L + int(torch.randint(1, 5 * L, (1,), generator=g))
@@ -87,7 +77,8 @@ def test_T1_query_scale_is_the_law_by_hand(seed):
 def test_T1_uniform_head_scale_equals_sdpa_scale():
     """head_scale = s for every head is SDPA with scale = s / sqrt(d) (not s^2: lambda goes into
     q alone, not into q and k)."""
-    for seed in SEEDS:
+    for case in CASES:
+        seed = SEED + case
         model = make("nope", seed=seed)
         attn = model.transformer.h[0].attn
         x = torch.randn(2, 20, 32, generator=rng(seed))
@@ -102,9 +93,10 @@ def test_T1_uniform_head_scale_equals_sdpa_scale():
                 f"one lambda {s:.3f} for every head is not softmax({s:.3f} q.k / sqrt(d))"
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_T1_the_law_per_position_in_attention(seed):
+@pytest.mark.parametrize("case", CASES)
+def test_T1_the_law_per_position_in_attention(case):
     """Per-position lambda needs the written-out reference (SDPA's scale is one constant)."""
+    seed = SEED + case
     model = make("nope", seed=seed)
     attn = model.transformer.h[1].attn
     L, T = model.config.block_size, 40
@@ -153,8 +145,9 @@ def mistake(y, ent, q, k, v, lam, window, sink):
     return ""
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_T2_written_out_attention_against_a_dense_reference(seed):
+@pytest.mark.parametrize("case", CASES)
+def test_T2_written_out_attention_against_a_dense_reference(case):
+    seed = SEED + case
     g = rng(seed)
     B, nh, hs = 2, int(torch.randint(1, 5, (1,), generator=g)), 8
     T = int(torch.randint(5, 60, (1,), generator=g))
@@ -181,13 +174,29 @@ def test_T2_written_out_attention_against_a_dense_reference(seed):
         "with lam=None (lambda 1) the result differs from plain causal attention"
 
 
-def test_T2_written_out_attention_never_calls_sdpa(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("the written-out path called scaled_dot_product_attention: write the softmax out")
-    monkeypatch.setattr(F, "scaled_dot_product_attention", refuse)
+def test_T2_written_out_attention_never_calls_sdpa():
     q, k, v = (torch.randn(1, 2, 9, 4, generator=rng(SEED + i)) for i in range(3))
-    written_out_attention(q, k, v, torch.full((1, 2, 1, 1), 1.3))
-    written_out_attention(q, k, v, None, 4, True, 2)
+    for args in ((torch.full((1, 2, 1, 1), 1.3),), (None, 4, True, 2)):
+        _, seen = observe(written_out_attention, q, k, v, *args)
+        assert not seen["sdpa"], "the written-out path called scaled_dot_product_attention: write the softmax out"
+
+
+def test_T2_holds_one_chunk_of_scores_and_returns_y_in_vs_dtype():
+    """Queries `chunk` at a time: no floating-point tensor the function makes may hold more
+    than B * nh * chunk * T values (head size 2, so q, k, v and y are below that bound and the
+    full (T, T) scores far above it); y comes back in v's dtype (bfloat16 in, bfloat16 out)."""
+    B, nh, T, hs, chunk = 2, 2, 40, 2, 3
+    g = rng(SEED + 11)
+    q, k, v = (torch.randn(B, nh, T, hs, generator=g) for _ in range(3))
+    lam = torch.rand(1, nh, T, 1, generator=g) + 0.5
+    (y, _), seen = observe(written_out_attention, q, k, v, lam, None, False, chunk)
+    bound = B * nh * chunk * T
+    assert seen["largest"] <= bound, \
+        (f"a tensor of {seen['largest']} values was made with chunk={chunk}: at most B*nh*chunk*T = {bound} "
+         "(go through the queries `chunk` at a time; the full T x T scores are never made)")
+    y, ent = written_out_attention(*(t.to(torch.bfloat16) for t in (q, k, v)), lam, None, False, 16)
+    assert y.dtype == torch.bfloat16 and ent.dtype == torch.float32, \
+        f"bfloat16 q, k, v gave y in {y.dtype} and the entropy in {ent.dtype}: y in v's dtype, entropy float32"
 
 
 @pytest.mark.parametrize("window, sink", [(None, False), (6, False), (6, True)])
@@ -210,6 +219,9 @@ def test_T2_entropy_is_bits_and_uniform_attention_meets_the_bound():
     g = rng(SEED + 8)
     q, k, v = (torch.randn(1, 4, 50, 8, generator=g) * 3 for _ in range(3))
     _, ent = written_out_attention(q, k, v, torch.zeros(1, 4, 1, 1), chunk=16)
+    if torch.isnan(ent).any():
+        raise AssertionError("lambda = 0 gave NaN: it matches lambda applied after the mask (-inf * 0 = NaN): "
+                             "multiply the logits by lambda before masking")
     bound = torch.log2(torch.arange(1, 51, dtype=torch.float32)).expand(1, 4, -1)
     if torch.allclose(ent, bound * math.log(2), atol=1e-4):
         raise AssertionError("even attention over i keys gives ln(i): the entropy is in nats, not bits")
@@ -258,8 +270,9 @@ def test_T3_a_hand_built_loss_table():
         "ties go to the smaller lambda (the first on the grid)"
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_T3_random_tables_against_loops(seed):
+@pytest.mark.parametrize("case", CASES)
+def test_T3_random_tables_against_loops(case):
+    seed = SEED + case
     r = np.random.default_rng(seed)
     n_lam, n, width, tail = r.integers(2, 9), r.integers(8, 80), r.integers(1, 9), r.integers(1, 8)
     lams = np.round(1 + 0.05 * np.arange(n_lam), 6)
@@ -285,8 +298,9 @@ def test_T3_random_tables_against_loops(seed):
 # -----------------------------------------------------------------------------
 # T4: lambda(i) = 1 + a ln(i / L), positions >= L only, no intercept
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_T4_the_law_against_lstsq(seed):
+@pytest.mark.parametrize("case", CASES)
+def test_T4_the_law_against_lstsq(case):
+    seed = SEED + case
     r = np.random.default_rng(seed)
     L = int(r.integers(16, 512))
     a_true = r.uniform(0.1, 0.6)
@@ -312,8 +326,24 @@ def test_T4_the_law_against_lstsq(seed):
         "R^2 = 1 - SS_res / SS_tot over the positions i >= L, SS_tot about their mean"
 
 
+def test_T4_exact_cases_a_position_at_L_counts():
+    """By hand. L = 10; positions 5, 10, 20, 40 with lambdas 3.0, 1.1, 1.2, 1.5. The fit keeps
+    i >= L: x = ln(i / L) = 0, ln 2, 2 ln 2 and y = lambda - 1 = 0.1, 0.2, 0.5, so
+    a = sum xy / sum x^2 = 1.2 ln 2 / (5 ln^2 2) = 0.24 / ln 2 = 0.346247; a x = 0, 0.24, 0.48,
+    SS_res = 0.012, SS_tot = 0.26 / 3 about the mean 0.8 / 3, R^2 = 1 - 0.036 / 0.26 = 56 / 65.
+    Keeping i > L instead drops the position at L: the same a (x = 0 adds nothing) but
+    R^2 = 0.955556 over the two positions left."""
+    a, r2 = fit_log_law([5, 10, 20, 40], [3.0, 1.1, 1.2, 1.5], 10)
+    assert a == pytest.approx(0.24 / math.log(2), rel=1e-9), f"a = {a:.6f}; by hand 0.24 / ln 2 = 0.346247"
+    if r2 == pytest.approx(0.955556, abs=1e-6):
+        raise AssertionError("R^2 = 0.955556: it matches a fit over i > L; the position at L counts (i >= L)")
+    assert r2 == pytest.approx(56 / 65, rel=1e-9), f"R^2 = {r2:.6f}; by hand 56 / 65 = 0.861538"
+
+
 def test_T4_too_few_positions_give_nan():
     assert all(math.isnan(v) for v in fit_log_law([10, 50], [1.0, 1.3], 64)), "no position >= L: (nan, nan)"
+    assert all(math.isnan(v) for v in fit_log_law([10, 128], [1.5, 1.3], 64)), \
+        "one position >= L (128; 10 is below L = 64): fewer than two, (nan, nan)"
     assert all(math.isnan(v) for v in fit_log_law([64, 64], [1.0, 1.0], 64)), "every position at L (x = 0): (nan, nan)"
 
 
@@ -403,7 +433,7 @@ def test_T5_the_same_fit_as_the_projects_step_by_step():
     """Graded submissions only: the same rows, start and settings (betas and a schedule of its
     own) through the submission's fit and the project's must give the same log and lambdas, so
     every detail the handout fixes counts (AdamW without weight decay, the schedule, the clamp)."""
-    theirs = reference("search_scales.py", "fit_head_scales")
+    theirs = project_version(fit_head_scales)
     if theirs is None:
         pytest.skip("compares a submission with the project's own fit: runs under tools/classroom.py grade")
     model, x, y = planted(SEED + 3, [1.7, 0.8])
@@ -418,12 +448,13 @@ def test_T5_the_same_fit_as_the_projects_step_by_step():
     assert torch.allclose(lam, want, atol=1e-4), f"fitted {lam.tolist()}, the specified fit gives {want.tolist()}"
 
 
-@pytest.mark.parametrize("seed", SEEDS[:3])
-def test_T5_headscale_recovers_planted_lambdas(seed):
+@pytest.mark.parametrize("case", CASES[:3])
+def test_T5_headscale_recovers_planted_lambdas(case):
     """Calibrated over seeds 0-299 (256 rows, batches of 32, from 1), since the grader draws
     any seed: the largest error was 0.186, the 99th percentile 0.168, the median 0.059; the
     tolerance is 0.3, against 0.8 at the start. (Without the clamp the head that wants 0.6 went
     to 0.80 at most over the same seeds: the clamp test's 0.95 holds.)"""
+    seed = SEED + case
     target = [1.8, 1.3]
     model, x, y = planted(seed, target)
     lam, log = fit_head_scales(model, batches(x, y, 32, seed), torch.full((1, 2), 1.0), steps=150, lr=0.05,
@@ -453,15 +484,28 @@ def test_T6_last_L_losses_against_fresh_passes():
         x[:, 0] = V - 1
         y = torch.roll(x, -1, 1)
         W, s = 16, 2
-        got = last_L_losses(model, x, y, W, batch_size=3)[0]
+        got, got_ent = last_L_losses(model, x, y, W, batch_size=3, entropy=True)
         assert got.shape == (2, 45), f"per-token losses of shape {tuple(got.shape)}, not (B, T) = (2, 45)"
+        assert got_ent is not None and got_ent.shape == (2, 2, 4, 45), \
+            "with entropy=True the entropies (B, n_layer, n_head, T) = (2, 2, 4, 45) come back too"
+
+        def fresh(xs, ys):  # (B, W) losses and (B, n_layer, n_head, W) entropies of one fresh pass
+            ent = []
+            loss = model(xs, ys, explicit=True, entropy=ent, reduction="none")[1]
+            return loss, torch.stack(ent, 1)
         with torch.no_grad():
-            assert torch.allclose(got[:, :W], model(x[:, :W], y[:, :W], reduction="none")[1], atol=1e-5), \
+            loss, ent = fresh(x[:, :W], y[:, :W])
+            assert torch.allclose(got[:, :W], loss, atol=1e-5), \
                 "positions before the context limit: one plain pass over the window's first `context` tokens"
+            assert torch.allclose(got_ent[..., :W], ent, atol=1e-4), \
+                "the entropies of positions before the context limit differ from that first pass's"
             for i in range(W, 45):
                 end = min(W + ((i - W) // s + 1) * s, 45)  # exclusive end of the stride holding i
                 xs = torch.cat([x[:, :1], x[:, end - W + 1:end]], 1) if bos else x[:, end - W:end]
-                ref = model(xs, y[:, end - W:end], reduction="none")[1]
+                ref, ref_ent = fresh(xs, y[:, end - W:end])
+                if not torch.allclose(got_ent[..., i], ref_ent[..., W - (end - i)], atol=1e-4):
+                    raise AssertionError(f"position {i} (bos={bos}): its entropy differs from the fresh pass over the "
+                                         f"sub-window ending at {end}, at the same place in it as for the loss")
                 if not torch.allclose(got[:, i], ref[:, W - (end - i)], atol=1e-5):
                     plain = model(x[:, end - W:end], y[:, end - W:end], reduction="none")[1]
                     hint = (" (it matches the sub-window without the start token: a model trained with it "
@@ -518,3 +562,21 @@ def test_T6_excess_is_the_row_minus_its_own_reference_at_shared_lengths():
     want = {n: a - b for n, a, b in zip((8, 16, 32), m["rope"]["loss"], m["rope_window_L"]["loss"])}
     assert excess(res, "rope") == want, "excess(rope): rope minus rope_window_L at every length"
     assert excess(res, "nope_window_L") == {}, "a reference has no excess of its own: {}"
+
+
+def test_T6_excess_finds_the_reference_by_reference_of_and_pairs_by_length():
+    """nope_headscale_4L's reference is nope_window_L (reference_of: the same kind of model
+    reading only its last L), not a row named after it; its lengths come in another order and
+    lack one, so losses pair by length, not by place in the list."""
+    r = np.random.default_rng(SEED + 1)
+
+    def row(lengths, **kw):
+        return {"pos_encoding": "nope", "arch": "nope", "bos": True, "context": None, "scales": None,
+                "slopes": None, "lengths": list(lengths), "loss": r.random(len(lengths)).round(4).tolist(), **kw}
+    res = {"train_len": 8, "methods": {"nope": row((8, 16, 32)), "nope_window_L": row((32, 8), context=8),
+                                       "nope_headscale_4L": row((8, 16, 32), scales=[[1.3, 1.2]])}}
+    hs, ref = res["methods"]["nope_headscale_4L"]["loss"], res["methods"]["nope_window_L"]["loss"]
+    want = {8: hs[0] - ref[1], 32: hs[2] - ref[0]}
+    got = excess(res, "nope_headscale_4L")
+    assert got == want, (f"excess(nope_headscale_4L) = {got}, want {want}: its reference is reference_of's "
+                         "(nope_window_L), paired at each length both rows have")
