@@ -8,7 +8,6 @@ code itself. It also writes .github/workflows/classroom.yml (GitHub Classroom's 
 """
 
 import json
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -94,7 +93,3 @@ jobs:
 {env}      with:
         runners: {','.join(t['id'].lower() for t in tasks)}
 """
-
-
-def remove_tree(path):
-    shutil.rmtree(path, ignore_errors=True)
