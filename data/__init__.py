@@ -33,7 +33,6 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
-import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # so data/NAME/prepare.py can import the project's modules
@@ -406,6 +405,7 @@ class Dataset:
         text those targets cover: total nats / (ln 2 * total bytes). Unlike nats per token it
         compares models with different tokenizers. At character level a character counts its
         UTF-8 bytes (the ASCII-only placeholder counts as its own 3); the start token counts 0."""
+        import torch
         if self._token_bytes is None:
             self._token_bytes = torch.from_numpy(self.tokenizer.token_bytes())
         targets = windows[:, 1:]
@@ -450,6 +450,7 @@ class Dataset:
         x (B, block_size), targets y (B, block_size) = x shifted by one; x[:, 0] is the start
         token in bos mode. within_documents=True: every row inside one document, as the
         evaluation's windows are (HeadScale's fit rows), drawn evenly over the places one fits."""
+        import torch
         data = self.tokens[split]
         if len(data) <= block_size + 1:
             raise UserError(f"the {split} split ({len(data)} tokens) is shorter than block_size+1={block_size + 1}")
@@ -466,6 +467,7 @@ class Dataset:
     def _starts_within_documents(self, split, count, n, generator):
         """`count` start indices of rows of n tokens that lie inside one document each, uniform over
         every such place in the split."""
+        import torch
         names, starts, lengths = self.docs(split)
         room = np.maximum(lengths - n + 1, 0)  # the places a row of n tokens fits in each document
         if room.sum() == 0:
@@ -511,6 +513,7 @@ class Dataset:
         protocol 3), so at no length does the scale search, or train.py's monitor, read a token
         the evaluation scores ("all" takes every document; tools/overlap.py counts what is shared).
         count' = min(count, windows available); a shortfall is printed in one line."""
+        import torch
         offsets = self.window_offsets(length, count, seed, split, subset)
         data = self.tokens[split]
         return self._with_bos(torch.from_numpy(np.stack([data[o:o + length + 1].astype(np.int64) for o in offsets])))

@@ -51,6 +51,57 @@ def test_pystdlib_prepare_skips_tests_and_records_the_version(tmp_path):
     names = meta["splits"]["train"]["doc_names"] + meta["splits"]["val"]["doc_names"]
     assert sorted(names) == ["json/decoder.py", "os.py"]
     assert meta["source"]["python_version"].count(".") == 2 and len(meta["sha256"]) == 64
+    assert meta["source"]["stdlib_version"] == "unknown"  # a folder named lib, with no patchlevel.h
+
+
+# a script run with PyTorch made unimportable: sys.modules['torch'] = None
+NO_TORCH = ("import runpy, sys; sys.modules['torch'] = None; sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def without_torch(*args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", NO_TORCH, *map(str, args)], cwd=ROOT, capture_output=True, text=True,
+                          encoding="utf-8")
+
+
+def test_the_shipped_corpus_is_the_text_every_number_was_made_on_and_needs_no_torch(tmp_path):
+    """data/pystdlib/prepare.py reads the files shipped from Python 3.11.7's library: the same
+    text, split and hash as 3.11.7's own library gave (the meta.json of the README's studies),
+    on any Python, without PyTorch."""
+    out = tmp_path / "pystdlib"
+    done = without_torch("data/pystdlib/prepare.py", f"--out_dir={out}")
+    assert done.returncode == 0, done.stderr
+    meta = json.loads((out / "meta.json").read_text(encoding="utf-8"))
+    assert meta["sha256"] == "2067fc931339f78f1c7e03964afe46b5b419936988f55b2fed42871349a772e8"
+    train, val = meta["splits"]["train"], meta["splits"]["val"]
+    assert (train["tokens"], train["documents"], val["tokens"], val["documents"]) == (8983166, 437, 666283, 39)
+    assert train["doc_names"][:3] == ["__future__.py", "__hello__.py", "_aix_support.py"]
+    assert all("\\" not in n for n in train["doc_names"] + val["doc_names"])  # POSIX names
+    assert meta["source"]["stdlib_version"] == "3.11.7" and meta["vocab_size"] == 98
+    assert (ROOT / "data" / "pystdlib" / "LICENSE-PSF.txt").exists()
+
+
+def test_data_scripts_and_the_kits_answers_need_no_torch(tmp_path):
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for i in range(6):
+        (texts / f"t{i}.txt").write_text(f"story number {i}\n" * 40, encoding="utf-8")
+    (tmp_path / "input.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 50,
+                                        encoding="utf-8")
+    runs = [("data/text/prepare.py", f"--input={texts}", f"--out_dir={tmp_path / 'ds'}"),
+            ("data/shakespeare_char/prepare.py", f"--input={tmp_path / 'input.txt'}", f"--out_dir={tmp_path / 'sh'}")]
+    for args in runs:
+        done = without_torch(*args)
+        assert done.returncode == 0 and "wrote" in done.stdout, (args, done.stderr)
+    for script in ("data/pystdlib/prepare.py", "data/text/prepare.py", "data/shakespeare_char/prepare.py",
+                   "tools/classroom.py"):
+        assert without_torch(script, "-h").returncode == 0, script
+        refused = without_torch(script, *(["grade", "x"] if "classroom" in script else []), "--colour=red")
+        assert refused.returncode == 2 and refused.stderr.startswith("error: unknown option --colour"), \
+            (script, refused.stderr)
+        assert len(refused.stderr.strip().splitlines()) == 1
 
 
 def test_text_prepare_folder_and_non_utf8_error(tmp_path):

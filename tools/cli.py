@@ -4,7 +4,9 @@ The plumbing every script shares, none of it the paper's method:
   - device and precision (autocast, float16's gradient scaler)
   - atomic text, JSON and CSV files (always UTF-8) and the one-line progress report
   - one-line errors for bad input (UserError, run_main)
-The measurement lives in evaluate.py, the dataset format in data/__init__.py.
+The measurement lives in evaluate.py, the dataset format in data/__init__.py. PyTorch is
+imported where a tensor or a device is made, so -h, a refused option and the data scripts
+answer without it.
 """
 
 import ast
@@ -22,8 +24,6 @@ import time
 import typing
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 
 
@@ -32,11 +32,14 @@ class UserError(Exception):
 
 
 def run_main(main):
-    """Run a script's main(), turning user errors into one clear line and exit status 2."""
-    from model import CheckpointError
+    """Run a script's main(), turning user errors (and model.py's CheckpointError, where model.py
+    was imported) into one clear line and exit status 2."""
     try:
         main()
-    except (UserError, CheckpointError) as e:
+    except Exception as e:  # noqa: BLE001  (re-raised unless it is the user's)
+        model = sys.modules.get("model")
+        if not isinstance(e, UserError) and not (model and isinstance(e, model.CheckpointError)):
+            raise
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
@@ -53,7 +56,8 @@ MEMORY_LOG = "NANONOPE_MEMORY_LOG"
 
 def log_peak_memory():
     path = os.environ.get(MEMORY_LOG)
-    if not path:
+    torch = sys.modules.get("torch")  # a script that never imported PyTorch used no card
+    if not path or torch is None:
         return
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     peak = round(torch.cuda.max_memory_allocated() / 2 ** 20, 1) if cuda else None
@@ -228,6 +232,7 @@ def parse_ckpts(specs):
 
 def pick_device(device="auto"):
     """cuda, then mps, then cpu."""
+    import torch
     if device != "auto":
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise UserError(f"--device={device} but CUDA is not available here; use --device=auto")
@@ -245,6 +250,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 def native_bf16():
     """Does this CUDA card compute bfloat16 natively (Ampere, Hopper and later)? PyTorch's default
     check also says yes where bf16 is only emulated (a T4, a V100): slow, so it is not used there."""
+    import torch
     return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
@@ -265,6 +271,7 @@ def pick_dtype(dtype, device):
 def autocast(device, dtype):
     """bf16 or fp16 autocast on CUDA, a no-op context otherwise."""
     if dtype in ("bfloat16", "float16"):
+        import torch
         return torch.autocast(device_type="cuda", dtype=getattr(torch, dtype))
     return contextlib.nullcontext()
 
@@ -273,6 +280,7 @@ def grad_scaler(dtype):
     """float16 has 5 exponent bits: small gradients underflow to 0. The scaler multiplies the loss
     before backward and divides the gradients before the step (skipping steps whose gradients
     overflowed). bfloat16 has float32's range and needs none: disabled, every call is a no-op."""
+    import torch
     return torch.amp.GradScaler("cuda", enabled=dtype == "float16")
 
 
