@@ -21,7 +21,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n auto: one worker a core, 
 
 # The longest tests (about 100 s, 60 s and 30 s on 2 cores), started first: with `pytest -n auto` each
 # then runs on a worker of its own while the rest share out, instead of ending the suite alone.
-LONGEST = ("test_reproduce_runs_every_stage_then_skips_them", "test_the_project_scores_full_and_a_blank_copy_zero",
+LONGEST = ("test_reproduce_runs_every_stage_then_skips_them", "test_the_classroom_workflow_gives_the_points_grade_gives",
            "test_gpu_check_trial_runs_every_step_on_the_cpu")
 
 

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import time
@@ -23,10 +24,10 @@ import numpy as np
 import pytest
 
 from tools import classroom
-from tools.classroom import ClassroomConfig, blank, copy_project, find_function, grade, read_tasks, take
+from tools.classroom import ClassroomConfig, copy_project, grade, read_tasks
 from tools.kit import remote, sandbox
 from tools.kit.grade import Grader, find_submission, gradescope, score_checks, seed_of, student_output
-from tools.kit.source import Refused, fingerprint, normalised, segment, take_snapshot
+from tools.kit.source import Refused, blank, find_function, fingerprint, normalised, segment, take, take_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,6 +108,17 @@ def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("project") / "nanoNoPE"
     copy_project(root, leave_out=("docs", "out"))
     return root
+
+
+@pytest.fixture(scope="module")
+def kit(project, tmp_path_factory):
+    """A student copy of every task, made from `project` (about 12 s: the project's checks run
+    once at the public seeds to store their outputs)."""
+    out = tmp_path_factory.mktemp("kit") / "assignment"
+    done = subprocess.run([sys.executable, "tools/classroom.py", "student", str(out)], cwd=project,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return out
 
 
 def tasks_of(root):
@@ -212,6 +224,50 @@ def test_each_wrong_version_fails_a_check_of_its_task(tmp_path):
     assert not kept, f"wrong versions that pass every check of their task: {kept}"
 
 
+def test_each_handouts_worked_example_is_what_the_project_computes(monkeypatch):
+    """The >>> lines of every handout run as doctests on the project's own functions, and T6's
+    table of sub-windows is what last_L_losses reads (its passes recorded)."""
+    import doctest
+    import math
+
+    import torch
+
+    import evaluate
+    from evaluate import excess
+    from model import query_scale, written_out_attention
+    from search_scales import fit_log_law, uniform_scale
+    from train import cosine_lr
+    globs = dict(torch=torch, math=math, query_scale=query_scale, written_out_attention=written_out_attention,
+                 uniform_scale=uniform_scale, fit_log_law=fit_log_law, cosine_lr=cosine_lr, excess=excess)
+    for t in read_tasks().values():
+        f = ROOT / "classroom" / t["handout"]
+        assert "## A worked example" in f.read_text(encoding="utf-8"), t["handout"]
+        failed, tried = doctest.testfile(str(f), module_relative=False, globs=dict(globs), encoding="utf-8",
+                                         optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert failed == 0 and (tried > 0 or t["id"] == "T6"), f"{t['handout']}: {failed} of {tried} examples fail"
+    read = []  # T6: the passes last_L_losses makes, with x = its own positions
+
+    def record(model, x, y, ctx, mask, entropy, chunk):
+        read.extend(x.tolist())
+        return torch.zeros(x.shape), None
+    monkeypatch.setattr(evaluate, "_losses", record)
+
+    class Model:
+        config = type("Config", (), {"bos": True})()
+    x = torch.arange(21).view(1, 21)
+    evaluate.last_L_losses(Model(), x, x, 16, batch_size=8)
+    ends = [16, 18, 20, 21]
+    lines = []
+    for k, row in enumerate(read):
+        what = "first pass  " if k == 0 else f"sub-window {k}"
+        rest = f"x0 … x{row[-1]}" if k == 0 else f"x{row[0]}, x{row[1]} … x{row[-1]}"
+        scored = list(range(ends[k - 1] if k else 0, ends[k]))
+        lines.append(f"{what}    reads {rest:<22} scores " +
+                     (f"{scored[0]} … {scored[-1]}" if len(scored) > 2 else ", ".join(map(str, scored))))
+    flat = [" ".join(line.split()) for line in (ROOT / "classroom" / "T6.md").read_text("utf-8").splitlines()]
+    assert all(" ".join(line.split()) in flat for line in lines), lines
+
+
 # -----------------------------------------------------------------------------
 # Extraction as Python reads it, and the def line
 
@@ -256,16 +312,22 @@ def test_a_decorator_or_another_def_line_is_refused_with_the_expected_one():
     assert ran == [1]
 
 
+def renamed(source, names):
+    """A function's source with its local names renamed and its docstring rewritten, as a
+    student hiding a copy would (ast.unparse also drops the comments)."""
+    node = ast.parse(source).body[0]
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            n.id = names.get(n.id, n.id)
+    node.body[0].value.value = "My own work."
+    return ast.unparse(node)
+
+
 def test_the_copy_flag_sees_the_projects_function_through_renamed_locals():
     first = lambda text: ast.parse(text).body[0]  # noqa: E731
     ours = first(function_source("search_scales.py", "fit_log_law"))
-
-    class Rename(ast.NodeTransformer):  # what a student hiding a copy does: other names, docstring, comments
-        def visit_Name(self, n):
-            n.id = {"x": "logs", "y": "excess", "keep": "mask", "a": "slope"}.get(n.id, n.id)
-            return n
-    theirs = Rename().visit(first(function_source("search_scales.py", "fit_log_law")))
-    theirs.body[0].value.value = "My own fit."
+    theirs = first(renamed(function_source("search_scales.py", "fit_log_law"),
+                           {"x": "logs", "y": "excess", "keep": "mask", "a": "slope"}))
     assert ast.unparse(theirs) != ast.unparse(ours) and normalised(theirs) == normalised(ours)
     own = first('def fit_log_law(positions, lam, L):\n    """From the handout."""\n'
                 '    p = np.asarray(positions, float)\n    m = p >= L\n    if m.sum() < 2:\n'
@@ -497,8 +559,9 @@ def scores(results):
 
 
 @pytest.mark.slow
-def test_the_project_scores_full_and_a_blank_copy_zero(project, tmp_path):
-    """Two gradings of every task (about 20 s and 10 s on 2 free cores)."""
+def test_the_project_scores_full(project, tmp_path):
+    """One grading of every task (about 20 s on 2 free cores). A blank copy's 0: the Gradescope
+    and workflow tests below."""
     tasks = tasks_of(project)
     cfg = ClassroomConfig(secret="a teacher's secret", json=str(tmp_path / "full.json"))
     full = grade(project, list(tasks), tasks, cfg, root=project, quiet=True)
@@ -507,13 +570,140 @@ def test_the_project_scores_full_and_a_blank_copy_zero(project, tmp_path):
     report = json.loads((tmp_path / "full.json").read_text("utf-8"))
     assert report["score"] == 100 and all("checks passed" in t["output"] for t in report["tests"]
                                           if t["visibility"] == "visible")
-    kit = tmp_path / "kit"
-    subprocess.run([sys.executable, "tools/classroom.py", "student", str(kit)], cwd=project, check=True,
-                   capture_output=True)
-    blank_results = grade(kit, list(tasks), tasks, ClassroomConfig(secret="s"), root=project, quiet=True)
-    assert scores(blank_results) == {t: 0 for t in tasks}
-    for r in blank_results:  # every check ran and says the function is not written
-        assert r["checks"] and all(not c["ok"] and "NotImplementedError" in c["why"] for c in r["checks"]), r["output"]
+
+
+def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit):
+    from tools.kit.student import answer_lines, leaks
+    tasks = tasks_of(project)
+    for teacher in ("tests/test_classroom.py", "tests/test_model.py", "tests/conftest.py", "classroom/README.md",
+                    "classroom/lab_key.md", "classroom/lab_ranges.json", ".ci/run", "tools/kit/grade.py", "tools/kit/judge.py",
+                    "tools/kit/sandbox.py", "tools/kit/student.py", "tools/kit/platforms.py"):
+        assert not (kit / teacher).exists(), teacher
+    assert (kit / "classroom" / "lab.md").exists() and (kit / "classroom" / "T5.md").exists()
+    assert sorted(p.name for p in (kit / "tests").iterdir()) == ["snapshots", "test_paper.py"]
+    lines = answer_lines(project, tasks, list(tasks))
+    assert len(lines) > 40 and "a = float((x * y).sum() / (x ** 2).sum())" in lines
+    assert leaks(kit, lines) == []
+    assert "dense_reference" not in (kit / "tests" / "test_paper.py").read_text("utf-8")  # no reference code
+    # the check sees a quoted line, in prose too
+    (kit / "notes.md").write_text("a hint: `a = float((x * y).sum() / (x ** 2).sum())`\n", encoding="utf-8")
+    try:
+        assert leaks(kit, lines) == [("notes.md", "a = float((x * y).sum() / (x ** 2).sum())")]
+    finally:
+        (kit / "notes.md").unlink()
+    out = cli("grade", kit, cwd=kit)  # a student copy has no grader
+    assert out.returncode == 2 and "the teacher's" in out.stderr
+
+
+@pytest.mark.slow
+def test_the_gradescope_zip_as_gradescope_runs_it(project, kit, tmp_path):
+    """The zip for T1, T3 and T4, unpacked into a fake /autograder, run_autograder run on three
+    uploads (about 15 s): the project nested in one folder (full), a blank copy (0), and a
+    model.py that does not parse (T1 0, the others full)."""
+    from tools.kit.platforms import unpack
+    zip_path = tmp_path / "autograder.zip"
+    done = subprocess.run([sys.executable, "tools/classroom.py", "gradescope", str(zip_path), "--tasks=T1,T3,T4",
+                           "--secret=zip secret", "--timeout=60"], cwd=project, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    import zipfile
+    with zipfile.ZipFile(zip_path) as z:
+        names = z.namelist()
+        for script in ("setup.sh", "run_autograder"):
+            info = z.getinfo(script)
+            assert (info.external_attr >> 16) & 0o111 and z.read(script).startswith(b"#!/usr/bin/env bash\n")
+        assert "torch==" in z.read("setup.sh").decode() and b"zip secret" == z.read("secret.txt")
+    assert "nanoNoPE/model.py" in names and not any(n.startswith("nanoNoPE/docs/") for n in names)
+    assert cli("gradescope", tmp_path / "x.zip", cwd=project).returncode == 2  # no secret: refused
+
+    def run(upload):
+        root = tmp_path / f"root_{upload.name}"
+        unpack(zip_path, root)
+        shutil.copytree(upload, root / "submission")
+        done = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True,
+                              env={**os.environ, "AUTOGRADER_ROOT": str(root)}, timeout=600)
+        assert done.returncode == 0, done.stderr
+        report = json.loads((root / "results" / "results.json").read_text("utf-8"))
+        assert report["execution_time"] >= 1 and report["tests"], report
+        return {t["name"][:2]: t["score"] for t in report["tests"] if t["visibility"] != "hidden"}
+
+    nested = tmp_path / "nested"
+    shutil.copytree(project, nested / "nanoNoPE-main", ignore=shutil.ignore_patterns("tests", "docs", "data"))
+    assert run(nested) == {"T1": 10, "T3": 10, "T4": 10}
+    assert run(kit) == {"T1": 0, "T3": 0, "T4": 0}
+    broken = tmp_path / "broken"
+    shutil.copytree(project, broken, ignore=shutil.ignore_patterns("tests", "docs", "data"))
+    (broken / "model.py").write_text("def query_scale(:\n", encoding="utf-8")
+    assert run(broken) == {"T1": 0, "T3": 10, "T4": 10}
+
+
+@pytest.mark.slow
+def test_grade_all_writes_the_gradebook_with_the_copy_flag(project, kit, tmp_path):
+    """Three students on T3 and T4 (about 10 s): the project's functions with locals renamed
+    (full, flagged as copied), a blank copy (0), T4 fitted with an intercept (10)."""
+    klass = tmp_path / "class"
+    for name in ("ada", "bob", "cy"):
+        (klass / name).mkdir(parents=True)
+    text = (ROOT / "search_scales.py").read_text(encoding="utf-8")
+    ours = function_source("search_scales.py", "uniform_scale")
+    theirs = renamed(ours, {"tail_loss": "end_loss", "centers": "mids", "per_bin": "bins"})
+    (klass / "ada" / "search_scales.py").write_text(text.replace(ours, theirs), encoding="utf-8")
+    shutil.copy2(kit / "search_scales.py", klass / "bob" / "search_scales.py")
+    (klass / "cy" / "search_scales.py").write_text(edited("search_scales.py", next(w[3] for w in WRONG if "intercept" in w[1])), encoding="utf-8")
+    (klass / "roster.txt").write_text("ada bob cy\n", encoding="utf-8")
+    book = tmp_path / "grades.csv"
+    out = subprocess.run([sys.executable, "tools/classroom.py", "grade-all", str(klass), f"--csv={book}",
+                          "--tasks=T3,T4", "--secret=class secret"], cwd=project, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "skipped roster.txt" in out.stdout and "student 3 of 3" in out.stdout and "graded 3 students" in out.stdout
+    lines = book.read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "student,T3,T4,total,problems,copied"
+    import csv
+    rows = {r["student"]: r for r in csv.DictReader(lines)}
+    assert [rows[s]["total"] for s in ("ada", "bob", "cy")] == ["20", "0", "10"]
+    assert rows["ada"]["copied"] == "T3 T4" and rows["bob"]["copied"] == "" and rows["cy"]["copied"] == "T3"
+    assert "T4" in rows["cy"]["problems"] and "intercept" in rows["cy"]["problems"]
+
+
+def workflow_steps(text):
+    """(task, command, points) of each grading step of a written workflow."""
+    try:
+        import yaml
+        steps = yaml.safe_load(text)["jobs"]["run-autograding-tests"]["steps"]
+        return [(s["with"]["test-name"], s["with"]["command"], int(s["with"]["max-score"])) for s in steps
+                if "command" in s.get("with", {})]
+    except ImportError:  # PyYAML is not a requirement: the three keys read by hand
+        import re
+        return [(a, b, int(c)) for a, b, c in re.findall(r"test-name: (\S+)\n\s+command: (.+)\n\s+timeout: \d+\n"
+                                                           r"\s+max-score: (\d+)", text)]
+
+
+@pytest.mark.slow
+def test_the_classroom_workflow_gives_the_points_grade_gives(project, kit, tmp_path):
+    """A copy with T1, T3 and T5 written (the project's functions) and T2, T4 and T6 blank: each
+    `command:` of its workflow, run as GitHub Classroom's command grader runs it (a reduced
+    environment), gives each task the points `grade` gives with the public seeds (about 40 s)."""
+    tasks = tasks_of(project)
+    half = tmp_path / "half"
+    shutil.copytree(kit, half)
+    for tid in ("T1", "T3", "T5"):
+        for spec in tasks[tid]["functions"]:
+            path, qualname = spec.split(":")
+            mine = take((project / path).read_text("utf-8"), (half / path).read_text("utf-8"), qualname)
+            (half / path).write_text(mine, encoding="utf-8")
+    text = (half / ".github" / "workflows" / "classroom.yml").read_text("utf-8")
+    assert "cache: pip" in text and "torch==" in text and "download.pytorch.org/whl/cpu" in text
+    steps = workflow_steps(text)
+    assert [t for t, _, _ in steps] == list(tasks)
+    reduced = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    points, said = {}, {}
+    for tid, command, most in steps:
+        done = subprocess.run(command, shell=True, cwd=half, env=reduced, capture_output=True, text=True, timeout=300)
+        points[tid], said[tid] = (most if done.returncode == 0 else 0), done.stdout
+    graded = grade(half, list(tasks), tasks, ClassroomConfig(), root=project, quiet=True)
+    assert points == scores(graded) == {"T1": 10, "T2": 0, "T3": 10, "T4": 0, "T5": 30, "T6": 0}, (points, said)
+    for r in graded:  # a blank task: every check ran and says the function is not written
+        assert r["passed"] or all(not c["ok"] and "NotImplementedError" in c["why"] for c in r["checks"]), r["output"]
+    assert "not written yet" in said["T2"] and "not written yet" in said["T6"]
 
 
 ATTACKS = {  # one attack a task, each only the text of the graded function (issue 41)
@@ -646,6 +836,27 @@ def test_ranges_reads_the_labs_numbers_from_study_folders(tmp_path):
     assert n["loss onset, nope (L)"] == pytest.approx([1 + 9 / 16] * 2)  # 0.2 nats per L passes 0.1 past L/2
     assert "| NoPE against RoPE at L (%) | 20.0 | 10.0 | 10.0 – 20.0 |" in out.stdout
     assert cli("ranges", tmp_path / "nowhere").returncode == 2
+
+
+def test_ranges_check_reads_a_folder_of_handins_one_row_a_student(tmp_path):
+    expected = json.loads((ROOT / "classroom" / "lab_ranges.json").read_text("utf-8"))
+    assert expected["python"] == "3.11.7" and len(expected["corpus"]["sha256"]) == 64
+    numbers = {k: [v[0]] for k, v in expected["numbers"].items()}  # seed 1337's: inside every range
+    handins = tmp_path / "handins"
+    handins.mkdir()
+    (handins / "ada.json").write_text(json.dumps({"seeds": [2001], "numbers": numbers}), encoding="utf-8")
+    off = dict(numbers, **{"loss onset, nope (L)": [1.16], "NoPE against RoPE at L (%)": [3.02]})
+    (handins / "bob.json").write_text(json.dumps({"seeds": [2002], "numbers": off}), encoding="utf-8")
+    (handins / "cy.json").write_text("not json", encoding="utf-8")
+    out = cli("ranges", f"--check={handins}", f"--csv={tmp_path / 'lab.csv'}")
+    assert out.returncode == 0, out.stderr
+    import csv
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "lab.csv").read_text("utf-8").splitlines())}
+    assert rows["ada"]["outside"] == "0" and rows["ada"]["seed"] == "2001"
+    assert rows["bob"]["outside"] == "2" and "loss onset, nope (L): 1.16, above 1.10 – 1.10 by 0.06" in \
+        rows["bob"]["details"] and "NoPE against RoPE at L (%): 3.0, below 4.1 – 5.1 by 1.1" in rows["bob"]["details"]
+    assert "not a hand-in" in rows["cy"]["details"]
+    assert cli("ranges", f"--check={tmp_path / 'nowhere'}").returncode == 2
 
 
 def fake_study(folder, L, seed, nope_L, rope_L, lam):

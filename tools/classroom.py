@@ -1,15 +1,20 @@
 """
 The paper's six pieces as classroom tasks: a student copy made from the project's own code,
-its grader, and the lab's numbers. The tasks: classroom/tasks.toml; the teacher's guide and the
-threat model: classroom/README.md. Its parts: tools/kit/.
+its grader, the platforms a course runs on, and the lab's numbers. The tasks:
+classroom/tasks.toml; the teacher's guide and the threat model: classroom/README.md. Its
+parts: tools/kit/ (one module a role).
 
     python tools/classroom.py student OUT_DIR [--tasks=T1,T3]
     python tools/classroom.py grade SUBMISSION [--json=results.json] [--tasks=T1,T3] [--secret=S]
                                                [--sandbox=auto|bwrap|unshare|user|none]
+    python tools/classroom.py grade-all CLASS_DIR --csv=gradebook.csv [--tasks=...] [--secret=S]
+    python tools/classroom.py gradescope OUT.zip [--tasks=T1,T3] [--secret=S] [--try_on=SUBMISSION]
     python tools/classroom.py ranges STUDY [STUDY ...] [--json=ranges.json]
+    python tools/classroom.py ranges --check=HANDINS [--csv=FILE]
 
 student: the project (the tracked files at HEAD) with each task's functions blanked by `ast`,
-a GitHub Classroom workflow and .classroom.json (tools/kit/student.py).
+its checks replayed from the project's outputs at the public seeds, no teacher file
+(tools/kit/student.py).
 
 grade: each task's functions taken from SUBMISSION (a folder; an upload nested in one folder
 is found) and checked by the project's own tests, the student's code in a sandboxed worker
@@ -20,8 +25,11 @@ every check passes (classroom/tasks.toml may give partial credit). Exit 0 whenev
 ran; 2 with one line for an empty or unreadable submission (after writing --json with every
 task at 0), an unknown task or option, or a sandbox that is not available.
 
+grade-all: every subfolder of CLASS_DIR a student, one snapshot, a CSV gradebook with the copy
+flag. gradescope: the autograder zip (tools/kit/platforms.py).
+
 ranges: the lab's numbers (classroom/lab.md) read from study folders, one per seed, and their
-range (tools/kit/lab.py).
+range; --check: the students' hand-ins against the expected ranges (tools/kit/lab.py).
 """
 
 import os
@@ -30,44 +38,53 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/classroom.py: find the project
+# run as python tools/classroom.py: find the project
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tools.cli import UserError, atomic_write_text, parse_config, run_main  # noqa: E402
-from tools.kit.grade import Grader, console_lines, find_submission, gradescope, read_tasks as _read, \
-    zero_results  # noqa: E402
-from tools.kit.source import blank, copy_tree, find_function, take  # noqa: E402,F401  (the tests' names)
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "classroom" / "tasks.toml"
-COMMANDS = ("student", "grade", "ranges")
-USAGE = ("usage: python tools/classroom.py student OUT_DIR | grade SUBMISSION | ranges STUDY... "
-         "[--key=value] (-h)")
+COMMANDS = ("student", "grade", "grade-all", "gradescope", "ranges")
+USAGE = (
+    "usage: python tools/classroom.py student OUT_DIR | grade SUBMISSION | grade-all CLASS_DIR | "
+    "gradescope OUT.zip | ranges STUDY... [--key=value] (-h)"
+)
 
 
 @dataclass
 class ClassroomConfig:
-    tasks: str = ""          # T1,T3,...: the tasks to blank or to grade ('' = every task)
-    json: str = ""           # grade: also write Gradescope's results.json here; ranges: the numbers
-    secret: str = ""         # grade: the secret that draws the seeds ('' = $NANONOPE_SECRET, else public seeds)
-    seed: int = -1           # grade: this seed offset for every task (-1 = drawn from the secret)
-    timeout: int = 60        # grade: seconds a task's checks may run, all together
-    sandbox: str = "auto"    # grade: auto | bwrap | unshare | user | none (tools/kit/sandbox.py)
+    tasks: str = ""  # T1,T3,...: the tasks to blank or to grade ('' = every task)
+    json: str = ""  # grade: also write Gradescope's results.json here; ranges: the numbers
+    csv: str = ""  # grade-all: the gradebook; ranges --check: one row a student
+    secret: str = ""  # grade, grade-all, gradescope: the seeds' secret ('' = $NANONOPE_SECRET)
+    seed: int = -1  # grade: this seed offset for every task (-1 = drawn from the secret)
+    timeout: int = 60  # grade: seconds a task's checks may run, all together
+    sandbox: str = "auto"  # grade: auto | bwrap | unshare | user | none (tools/kit/sandbox.py)
+    check: str = ""  # ranges: a folder of the students' JSON hand-ins to check
+    try_on: str = ""  # gradescope: run the zip on this submission as Gradescope would
 
 
 def read_tasks():
-    return _read(TASKS)
+    from tools.kit.grade import read_tasks as read
+
+    return read(TASKS)
 
 
 def chosen(cfg, tasks):
     ids = [t.strip() for t in cfg.tasks.split(",") if t.strip()] or list(tasks)
     unknown = [t for t in ids if t not in tasks]
     if unknown:
-        raise UserError(f"no task {', '.join(unknown)}: the tasks are {', '.join(tasks)} (classroom/tasks.toml)")
+        raise UserError(
+            f"no task {', '.join(unknown)}: the tasks are {', '.join(tasks)} (classroom/tasks.toml)"
+        )
     return ids
 
 
 def copy_project(dst, leave_out=()):
     """Copy this project to dst as it is on disk (.git and what .gitignore names left out)."""
+    from tools.kit.source import copy_tree
+
     copy_tree(ROOT, dst, leave_out)
 
 
@@ -78,14 +95,27 @@ def secret_of(cfg):
 def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
     """Grade one submission folder; print the teacher's lines; write cfg.json. Returns the
     results, one dict a task."""
+    from tools.kit.grade import (
+        Grader,
+        console_lines,
+        find_submission,
+        gradescope,
+        task_files,
+        zero_results,
+    )
+
     say = (lambda *a: None) if quiet else print
     t0 = time.time()
     folder = find_submission(sub, tasks)
     if folder is None:
-        why = (f"{sub} holds none of the task files ({', '.join(sorted({s.split(':')[0] for t in tasks.values() for s in t['functions']}))})"
-               ": upload the project's files (or the folder that holds them)")
+        why = (
+            f"{sub} holds none of the task files ({', '.join(task_files(tasks))}): upload the project's "
+            "files, or the folder that holds them"
+        )
         if cfg.json:
-            atomic_write_text(cfg.json, json_text(gradescope(zero_results(ids, tasks, why), tasks, 0)))
+            atomic_write_text(
+                cfg.json, json_text(gradescope(zero_results(ids, tasks, why), tasks, 0))
+            )
         raise UserError(why)
     with Grader(root, secret_of(cfg), cfg.seed, cfg.timeout, cfg.sandbox) as grader:
         for line in grader.describe():
@@ -104,6 +134,7 @@ def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
 
 def json_text(obj):
     import json
+
     return json.dumps(obj, indent=1, ensure_ascii=False) + "\n"
 
 
@@ -115,19 +146,40 @@ def main():
         raise UserError(USAGE)
     command, rest = args[0], args[1:]
     folders = [a for a in rest if not a.startswith("--")]
-    if command not in COMMANDS or not folders or (len(folders) > 1 and command != "ranges"):
-        raise UserError(USAGE)
     cfg = parse_config(ClassroomConfig, [a for a in rest if a.startswith("--")])
+    many = command == "ranges"
+    if (
+        command not in COMMANDS
+        or (not folders and not (many and cfg.check))
+        or (len(folders) > 1 and not many)
+    ):
+        raise UserError(USAGE)
     if command == "ranges":
-        from tools.kit.lab import ranges
-        return ranges(folders, cfg)
+        from tools.kit.lab import check_handins, ranges
+
+        return check_handins(cfg.check, cfg) if cfg.check else ranges(folders, cfg)
+    if not (ROOT / "tools" / "kit" / "grade.py").exists():
+        raise UserError(
+            f"{command} is the teacher's: this is a student copy (run it from the project itself)"
+        )
     tasks = read_tasks()
     ids = chosen(cfg, tasks)
     if command == "student":
         from tools.kit.student import student
+
         return student(folders[0], ids, tasks, ROOT)
     from tools.kit import sandbox
+
+    if command == "gradescope":
+        from tools.kit.platforms import gradescope, try_zip
+
+        gradescope(folders[0], ids, tasks, secret_of(cfg), ROOT, cfg.timeout)
+        return try_zip(folders[0], cfg.try_on) if cfg.try_on else None
     sandbox.choose(cfg.sandbox)  # an unavailable sandbox refused before any work
+    if command == "grade-all":
+        from tools.kit.platforms import grade_all
+
+        return grade_all(folders[0], ids, tasks, cfg, ROOT)
     grade(folders[0], ids, tasks, cfg)
 
 

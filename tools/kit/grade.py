@@ -35,12 +35,21 @@ import time
 from pathlib import Path
 
 from tools.kit import sandbox
-from tools.kit.source import (Refused, copy_tree, find_function, fingerprint, normalised, split_spec,
-                              submitted_function, take, take_snapshot)
+from tools.kit.source import (
+    Refused,
+    copy_tree,
+    find_function,
+    fingerprint,
+    normalised,
+    split_spec,
+    submitted_function,
+    take,
+    take_snapshot,
+)
 
 WORKER_LEAVES_OUT = ("tests", "docs", "classroom", ".github", ".ci", "out")  # no test, no reference
 GRACE_S = 60  # the judge's own start-up and shut-down, beyond the task's limit
-SHOWN = 3     # failed checks a task shows on the teacher's console (results.json has them all)
+SHOWN = 3  # failed checks a task shows on the teacher's console (results.json has them all)
 
 
 def read_tasks(path):
@@ -67,8 +76,11 @@ def find_submission(sub, tasks):
         try:
             if any((here / n).is_file() for n in names):
                 return here
-            queue += sorted(p for p in here.iterdir() if p.is_dir() and not p.is_symlink()
-                            and not p.name.startswith((".", "__MACOSX")))
+            queue += sorted(
+                p
+                for p in here.iterdir()
+                if p.is_dir() and not p.is_symlink() and not p.name.startswith((".", "__MACOSX"))
+            )
         except OSError:
             continue
     return None
@@ -103,7 +115,8 @@ class Grader:
         self.root, self.secret, self.seed, self.timeout = Path(root), secret, seed, timeout
         self.method, self.warning = sandbox.choose(method)
         self.tmp = Path(tempfile.mkdtemp(prefix="nanonope_grade_"))
-        os.chmod(self.tmp, 0o711)  # the user method's worker reaches its copy (random names), lists nothing
+        # the user method's worker reaches its copy (random names) but lists nothing
+        os.chmod(self.tmp, 0o711)
         self.snap = self.tmp / "snapshot"
         self.snap.mkdir(mode=0o700)
         self.origin = take_snapshot(self.root, self.snap)
@@ -119,13 +132,17 @@ class Grader:
 
     def describe(self):
         edited = self.origin["edited"]
-        lines = [f"grading from {self.origin['source']}" + (f" (uncommitted edits not graded: {', '.join(edited)})"
-                                                            if edited else "")
-                 + f", sandbox {self.method}, {self.timeout} s a task"]
+        lines = [
+            f"grading from {self.origin['source']}"
+            + (f" (uncommitted edits not graded: {', '.join(edited)})" if edited else "")
+            + f", sandbox {self.method}, {self.timeout} s a task"
+        ]
         if self.warning:
             lines.append("warning: " + self.warning)
         if not self.secret and self.seed < 0:
-            lines.append("warning: no secret: the public seeds, which numbers stored from the public tests can pass")
+            lines.append(
+                "warning: no secret: the public seeds, which numbers stored from the public tests can pass"
+            )
         return lines
 
     def project_function(self, spec):
@@ -153,7 +170,10 @@ class Grader:
         for folder, was in self.prints.items():
             if fingerprint(folder) != was:
                 from tools.cli import UserError
-                raise UserError(f"{folder} changed while {sub} was graded: grading stopped (git status shows what)")
+
+                raise UserError(
+                    f"{folder} changed while {sub} was graded: grading stopped (git status shows what)"
+                )
         seconds = round(time.time() - t0, 1)
         return [r | {"seconds": r.get("seconds", seconds)} for r in results.values()]
 
@@ -161,8 +181,17 @@ class Grader:
         """The task's result so far, with "_job" (the worker's copy, the seed) when its functions
         were taken; else its score 0 and why."""
         tid = task["id"]
-        result = {"id": tid, "title": task["title"], "max_score": task["points"], "score": 0, "passed": False,
-                  "seed": None, "copied": False, "checks": [], "output": ""}
+        result = {
+            "id": tid,
+            "title": task["title"],
+            "max_score": task["points"],
+            "score": 0,
+            "passed": False,
+            "seed": None,
+            "copied": False,
+            "checks": [],
+            "output": "",
+        }
         texts = {}
         for spec in task["functions"]:
             path, qualname = split_spec(spec)
@@ -178,10 +207,15 @@ class Grader:
                 return result | {"output": f"{path} cannot be read ({e.strerror})", "seconds": 0.0}
             except Refused as e:
                 return result | {"output": f"{path}: {e}", "seconds": 0.0}
-        result["copied"] = all(normalised(node) == normalised(self.project_function(spec))
-                               for spec, (_, _, node) in texts.items())
-        seed = result["seed"] = self.seed if self.seed >= 0 else seed_of(self.secret, tid,
-                                                                         [t[1] for t in texts.values()])
+        result["copied"] = all(
+            normalised(node) == normalised(self.project_function(spec))
+            for spec, (_, _, node) in texts.items()
+        )
+        seed = result["seed"] = (
+            self.seed
+            if self.seed >= 0
+            else seed_of(self.secret, tid, [t[1] for t in texts.values()])
+        )
         work = self.tmp / secrets.token_hex(8)  # a name no other task's worker can guess
         copy = work / "task"
         copy_tree(self.snap, copy, leave_out=WORKER_LEAVES_OUT)
@@ -195,8 +229,14 @@ class Grader:
             (copy / path).write_text(put, encoding="utf-8", newline="\n")
         (work / "root").mkdir()
         sandbox.make_readable(work)
-        return result | {"_job": {"functions": task["functions"], "copy": str(copy), "seed": seed,
-                                  "limit_s": self.timeout}}
+        return result | {
+            "_job": {
+                "functions": task["functions"],
+                "copy": str(copy),
+                "seed": seed,
+                "limit_s": self.timeout,
+            }
+        }
 
     def run_judge(self, jobs):
         """({task id: every check of the task with its outcome}, why when the tests did not run)."""
@@ -207,15 +247,40 @@ class Grader:
                 job["log"] = str(judge / f"worker_{tid}.log")
             spec = {"sandbox": self.method, "results": str(judge / "results.json"), "tasks": jobs}
             (judge / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
-            env = {**sandbox.environment(str(judge)), "NANONOPE_JUDGE": str(judge / "spec.json"),
-                   "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-            cmd = [sys.executable, "-m", "pytest", "tests/test_paper.py", "-q", "-p", "tools.kit.judge",
-                   "-k", " or ".join(f"test_{tid}_" for tid in jobs), "-p", "no:cacheprovider", "-o", "addopts=",
-                   "--tb=no", "--no-header"]
+            env = {
+                **sandbox.environment(str(judge)),
+                "NANONOPE_JUDGE": str(judge / "spec.json"),
+                "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+            }
+            cmd = [
+                sys.executable,
+                "-m",
+                "pytest",
+                "tests/test_paper.py",
+                "-q",
+                "-p",
+                "tools.kit.judge",
+                "-k",
+                " or ".join(f"test_{tid}_" for tid in jobs),
+                "-p",
+                "no:cacheprovider",
+                "-o",
+                "addopts=",
+                "--tb=no",
+                "--no-header",
+            ]
             limit = self.timeout * len(jobs) + GRACE_S
             try:
-                proc = subprocess.run(cmd, cwd=self.snap, env=env, capture_output=True, text=True, encoding="utf-8",
-                                      errors="replace", timeout=limit)
+                proc = subprocess.run(
+                    cmd,
+                    cwd=self.snap,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    encoding="utf-8",
+                    errors="replace",
+                    timeout=limit,
+                )
                 tail = (proc.stdout + proc.stderr).strip().splitlines()[-1:]
             except subprocess.TimeoutExpired:
                 tail = [f"the judge itself ran past {limit} s"]
@@ -227,9 +292,12 @@ class Grader:
             shutil.rmtree(judge, ignore_errors=True)
         checks = {}
         for name in got["collected"]:
-            c = got["checks"].get(name, {"ok": False, "why": "not run: the check never reported", "seconds": 0.0})
+            c = got["checks"].get(
+                name, {"ok": False, "why": "not run: the check never reported", "seconds": 0.0}
+            )
             checks.setdefault(name.split("_")[1], []).append(
-                {"name": name, "ok": bool(c["ok"]), "why": c["why"], "seconds": c["seconds"]})
+                {"name": name, "ok": bool(c["ok"]), "why": c["why"], "seconds": c["seconds"]}
+            )
         return checks, ""
 
     @staticmethod
@@ -239,14 +307,19 @@ class Grader:
         result["passed"] = bool(checks) and all(c["ok"] for c in checks)
         result["seconds"] = round(sum(c["seconds"] for c in checks), 1)
         failed = [c for c in checks if not c["ok"]]
-        result["output"] = ((why or "no check of this task was found in the tests") if not checks else
-                            f"all {len(checks)} checks passed" if not failed else
-                            f"{len(checks) - len(failed)} of {len(checks)} checks passed; first failed: "
-                            f"{failed[0]['name']}: {failed[0]['why']}")
+        result["output"] = (
+            (why or "no check of this task was found in the tests")
+            if not checks
+            else f"all {len(checks)} checks passed"
+            if not failed
+            else f"{len(checks) - len(failed)} of {len(checks)} checks passed; first failed: "
+            f"{failed[0]['name']}: {failed[0]['why']}"
+        )
 
 
 # -----------------------------------------------------------------------------
 # What the teacher and the student see
+
 
 def console_lines(results):
     """The teacher's log: one line a task (with its seed), then each failed check."""
@@ -254,12 +327,16 @@ def console_lines(results):
     for r in results:
         seed = "-" if r["seed"] is None else r["seed"]
         flag = "  COPY: the project's own function" if r.get("copied") else ""
-        lines.append(f"{r['id']}  {'passed' if r['passed'] else 'failed':6}  {fmt(r['score']):>5}/{r['max_score']:<3}  "
-                     f"seed {seed:<10}  {r['seconds']:5.1f} s  {r['output']}{flag}")
+        lines.append(
+            f"{r['id']}  {'passed' if r['passed'] else 'failed':6}  {fmt(r['score']):>5}/{r['max_score']:<3}  "
+            f"seed {seed:<10}  {r['seconds']:5.1f} s  {r['output']}{flag}"
+        )
         failed = [c for c in r["checks"] if not c["ok"]]
         lines += [f"      fail  {c['name']}: {c['why'][:160]}" for c in failed[:SHOWN]]
         if len(failed) > SHOWN:
-            lines.append(f"      ... and {len(failed) - SHOWN} more failed checks (every one in --json's output)")
+            lines.append(
+                f"      ... and {len(failed) - SHOWN} more failed checks (every one in --json's output)"
+            )
     return lines
 
 
@@ -272,11 +349,16 @@ def student_output(r):
     if not r["checks"]:
         return f"0/{r['max_score']}: {r['output']}"
     passed = sum(c["ok"] for c in r["checks"])
-    head = f"{passed} of {len(r['checks'])} checks passed" + ("" if r["passed"] else
-                                                              " (all must pass for the points)"
-                                                              if r["score"] == 0 else "")
-    return "\n".join([head] + [f"{'pass' if c['ok'] else 'FAIL'}  {c['name']}" + ("" if c["ok"] else f": {c['why']}")
-                               for c in r["checks"]])
+    head = f"{passed} of {len(r['checks'])} checks passed" + (
+        "" if r["passed"] else " (all must pass for the points)" if r["score"] == 0 else ""
+    )
+    return "\n".join(
+        [head]
+        + [
+            f"{'pass' if c['ok'] else 'FAIL'}  {c['name']}" + ("" if c["ok"] else f": {c['why']}")
+            for c in r["checks"]
+        ]
+    )
 
 
 def gradescope(results, tasks, seconds, note=""):
@@ -285,17 +367,48 @@ def gradescope(results, tasks, seconds, note=""):
     tests = []
     for r in results:
         t = tasks.get(r["id"], {})
-        tests.append({"name": f"{r['id']} {r['title']}", "score": r["score"], "max_score": r["max_score"],
-                      "output": student_output(r), "visibility": t.get("visibility", "visible")})
-        tests.append({"name": f"{r['id']} for the teacher", "score": 0, "max_score": 0, "visibility": "hidden",
-                      "output": f"seed {r['seed']}; copied: {'yes' if r.get('copied') else 'no'}; {r['output']}"})
+        tests.append(
+            {
+                "name": f"{r['id']} {r['title']}",
+                "score": r["score"],
+                "max_score": r["max_score"],
+                "output": student_output(r),
+                "visibility": t.get("visibility", "visible"),
+            }
+        )
+        tests.append(
+            {
+                "name": f"{r['id']} for the teacher",
+                "score": 0,
+                "max_score": 0,
+                "visibility": "hidden",
+                "output": f"seed {r['seed']}; copied: {'yes' if r.get('copied') else 'no'}; {r['output']}",
+            }
+        )
     total = sum(r["score"] for r in results)
     most = sum(r["max_score"] for r in results)
-    return {"score": round(total, 2), "execution_time": math.ceil(seconds),
-            "output": (note + "\n" if note else "") + f"{fmt(total)}/{most}", "tests": tests}
+    return {
+        "score": round(total, 2),
+        "execution_time": math.ceil(seconds),
+        "output": (note + "\n" if note else "") + f"{fmt(total)}/{most}",
+        "tests": tests,
+    }
 
 
 def zero_results(ids, tasks, why):
     """Every requested task at 0, with why (a submission that could not be graded at all)."""
-    return [{"id": t, "title": tasks[t]["title"], "max_score": tasks[t]["points"], "score": 0, "passed": False,
-             "seed": None, "copied": False, "checks": [], "output": why, "seconds": 0.0} for t in ids]
+    return [
+        {
+            "id": t,
+            "title": tasks[t]["title"],
+            "max_score": tasks[t]["points"],
+            "score": 0,
+            "passed": False,
+            "seed": None,
+            "copied": False,
+            "checks": [],
+            "output": why,
+            "seconds": 0.0,
+        }
+        for t in ids
+    ]

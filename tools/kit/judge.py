@@ -35,9 +35,9 @@ SPEC = "NANONOPE_JUDGE"
 
 class State:
     spec = None
-    links = {}       # task id -> Link
-    swaps = []       # (task id, function name, the project's own, its stand-in)
-    current = None   # the task whose stand-ins are in place
+    links = {}  # task id -> Link
+    swaps = []  # (task id, function name, the project's own, its stand-in)
+    current = None  # the task whose stand-ins are in place
     collected = []
     checks = {}
 
@@ -48,8 +48,13 @@ def start_worker(kind, task):
     from_worker, to_judge = os.pipe()
     log = open(task["log"], "wb")
     argv = [sys.executable, "-m", "tools.kit.remote", str(to_worker), str(to_judge)]
-    proc = subprocess.Popen(**sandbox.command(kind, task["copy"], argv), pass_fds=(to_worker, to_judge),
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    proc = subprocess.Popen(
+        **sandbox.command(kind, task["copy"], argv),
+        pass_fds=(to_worker, to_judge),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+    )
     os.close(to_worker)
     os.close(to_judge)
     log.close()
@@ -60,6 +65,7 @@ def start_worker(kind, task):
             f.seek(max(0, os.path.getsize(task["log"]) - 4096))
             lines = f.read().decode("utf-8", errors="replace").strip().splitlines()
         return lines[-1][:300] if lines else ""
+
     return proc, from_worker, from_judge, tail
 
 
@@ -71,8 +77,9 @@ def task_of(name):
 def pytest_configure(config):
     spec = State.spec = json.loads(Path(os.environ[SPEC]).read_text(encoding="utf-8"))
     for tid, task in spec["tasks"].items():
-        link = State.links[tid] = remote.Link(lambda task=task: start_worker(spec["sandbox"], task),
-                                              None, task["limit_s"])
+        link = State.links[tid] = remote.Link(
+            lambda task=task: start_worker(spec["sandbox"], task), None, task["limit_s"]
+        )
         for name in task["functions"]:
             path, _, qualname = name.partition(":")
             owner = importlib.import_module(path.removesuffix(".py").replace("/", "."))
@@ -109,7 +116,8 @@ def pytest_runtest_setup(item):
         State.current = tid
         link = State.links.get(tid)
         if link is not None and link.deadline is None:
-            link.deadline = time.monotonic() + link.limit_s  # the task's clock starts at its first check
+            # the task's clock starts at its first check
+            link.deadline = time.monotonic() + link.limit_s
     item.module.SEED = State.spec["tasks"][tid]["seed"]
 
 
@@ -136,8 +144,11 @@ def pytest_runtest_makereport(item, call):
     if report.when == "call" or not report.passed:
         old = State.checks.get(item.name)
         if old is None or old["ok"]:  # the first failure of a check is its reason
-            State.checks[item.name] = {"ok": report.passed and report.when == "call", "why": "" if report.passed
-                                       else why(report, call), "seconds": round(report.duration, 2)}
+            State.checks[item.name] = {
+                "ok": report.passed and report.when == "call",
+                "why": "" if report.passed else why(report, call),
+                "seconds": round(report.duration, 2),
+            }
 
 
 def pytest_sessionfinish(session):
@@ -147,6 +158,14 @@ def pytest_sessionfinish(session):
         return
     out = Path(State.spec["results"])
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"collected": State.collected, "checks": State.checks,
-                               "calls": {t: link.calls for t, link in State.links.items()}}), encoding="utf-8")
+    tmp.write_text(
+        json.dumps(
+            {
+                "collected": State.collected,
+                "checks": State.checks,
+                "calls": {t: link.calls for t, link in State.links.items()},
+            }
+        ),
+        encoding="utf-8",
+    )
     os.replace(tmp, out)

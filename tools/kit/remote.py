@@ -36,8 +36,8 @@ import struct
 import sys
 import time
 
-LIMIT = 64 << 20       # bytes a message may hold
-TAG = "__nanonope__"   # (TAG, kind, payload): a value that is not plain data
+LIMIT = 64 << 20  # bytes a message may hold
+TAG = "__nanonope__"  # (TAG, kind, payload): a value that is not plain data
 
 
 class StudentError(Exception):
@@ -51,8 +51,10 @@ class WireError(Exception):
 # -----------------------------------------------------------------------------
 # Messages: an 8-byte length, then torch.save's bytes
 
+
 def send(fd, obj):
     import torch
+
     buf = io.BytesIO()
     torch.save(obj, buf)
     data = buf.getvalue()
@@ -60,7 +62,7 @@ def send(fd, obj):
         raise WireError(f"a message of {len(data) >> 20} MB, over the limit of {LIMIT >> 20} MB")
     view = memoryview(struct.pack("<Q", len(data)) + data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _read(fd, n, deadline):
@@ -83,6 +85,7 @@ def receive(fd, deadline=None):
     """The next message; EOFError when the other side is gone, TimeoutError past deadline
     (time.monotonic()), WireError when it is not a message."""
     import torch
+
     (n,) = struct.unpack("<Q", _read(fd, 8, deadline))
     if n > LIMIT:
         raise WireError(f"a message of {n >> 20} MB announced, over the limit of {LIMIT >> 20} MB")
@@ -97,11 +100,13 @@ def receive(fd, deadline=None):
 # -----------------------------------------------------------------------------
 # Values on the wire
 
+
 def to_wire(obj, refs=None):
     """obj as plain data and tensors. refs (the judge's Refs) lets models, callables, iterators
     and precision contexts cross as stand-ins; without it (the worker's results) only data."""
     import numpy as np
     import torch
+
     if obj is None or type(obj) in (bool, int, float, str):
         return obj
     if isinstance(obj, torch.Tensor):
@@ -125,7 +130,11 @@ def to_wire(obj, refs=None):
     if isinstance(obj, contextlib.nullcontext):
         return (TAG, "nullcontext", None)
     if isinstance(obj, torch.autocast):
-        return (TAG, "autocast", (obj.device, str(obj.fast_dtype).removeprefix("torch."), bool(obj._enabled)))
+        return (
+            TAG,
+            "autocast",
+            (obj.device, str(obj.fast_dtype).removeprefix("torch."), bool(obj._enabled)),
+        )
     if isinstance(obj, torch.nn.Module) and hasattr(obj, "config"):
         return (TAG, "model", refs.add(obj, "model"))
     if callable(obj):
@@ -139,6 +148,7 @@ def from_wire(obj, make=None):
     """The inverse of to_wire. make(kind, payload) builds the stand-ins a call's arguments hold
     (the worker's); without it only data is accepted (the judge reading results)."""
     import torch
+
     if isinstance(obj, tuple) and len(obj) == 3 and obj[0] == TAG:
         kind, payload = obj[1], obj[2]
         if kind == "ndarray" and isinstance(payload, torch.Tensor):
@@ -159,19 +169,27 @@ def from_wire(obj, make=None):
 def model_state(model):
     """Everything of a model a graded function may read or change, as data."""
     from dataclasses import asdict
+
     params = list(model.parameters())
-    return {"config": asdict(model.config),
-            "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
-            "training": model.training, "requires_grad": [p.requires_grad for p in params],
-            "grads": [None if p.grad is None else p.grad.detach().clone() for p in params]}
+    return {
+        "config": asdict(model.config),
+        "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "training": model.training,
+        "requires_grad": [p.requires_grad for p in params],
+        "grads": [None if p.grad is None else p.grad.detach().clone() for p in params],
+    }
 
 
 def load_model_state(model, state):
     """model takes state (model_state's), checked against model's own shapes."""
     import torch
+
     params = list(model.parameters())
-    if not isinstance(state, dict) or len(state.get("requires_grad", ())) != len(params) or \
-            len(state.get("grads", ())) != len(params):
+    if (
+        not isinstance(state, dict)
+        or len(state.get("requires_grad", ())) != len(params)
+        or len(state.get("grads", ())) != len(params)
+    ):
         raise WireError("a model's state that does not fit the model")
     with torch.no_grad():
         model.load_state_dict(state["state"])
@@ -207,12 +225,13 @@ def make_observer():
                 def __torch_function__(self, func, types, args=(), kwargs=None):
                     observer.sdpa |= any(s in getattr(func, "__name__", "") for s in SDPA_NAMES)
                     return func(*args, **(kwargs or {}))
+
             self.functions = Functions()
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             self.sdpa |= any(s in str(func) for s in SDPA_NAMES)
             out = func(*args, **(kwargs or {}))
-            for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            for t in out if isinstance(out, (tuple, list)) else (out,):
                 if isinstance(t, torch.Tensor) and t.is_floating_point():
                     self.largest = max(self.largest, t.numel())
             return out
@@ -234,8 +253,8 @@ def make_observer():
 def observe(fn, *args, **kwargs):
     """(fn(*args, **kwargs), what the call made: {"largest", "sdpa"}), observed in the process
     that runs fn: here for the project's own function, in the worker for a student's."""
-    if isinstance(fn, StandIn):
-        return fn.link.call(fn.spec, args, kwargs, observe=True)
+    if hasattr(fn, "observe"):  # a StandIn (the grader) or a Recorder (tools/kit/snapshots.py)
+        return fn.observe(args, kwargs)
     with make_observer() as seen:
         out = fn(*args, **kwargs)
     return out, seen.seen()
@@ -249,6 +268,7 @@ def project_version(fn):
 
 # -----------------------------------------------------------------------------
 # The judge's side
+
 
 class Refs:
     """The models, callables and iterators of one call, by number."""
@@ -288,6 +308,9 @@ class StandIn:
     def __call__(self, *args, **kwargs):
         return self.link.call(self.spec, args, kwargs)[0]
 
+    def observe(self, args, kwargs):
+        return self.link.call(self.spec, args, kwargs, observe=True)
+
 
 class Link:
     """The judge's end of the worker: started at the first call, stopped at the first failure
@@ -295,7 +318,7 @@ class Link:
     once with "not run: ..."."""
 
     def __init__(self, start, deadline, limit_s):
-        self.start = start        # () -> (Popen, read fd, write fd, a function giving its log's end)
+        self.start = start  # () -> (Popen, read fd, write fd, a function giving its log's end)
         self.deadline = deadline  # time.monotonic() past which no call may run
         self.limit_s = limit_s
         self.proc = self.dead = None
@@ -322,6 +345,7 @@ class Link:
 
     def call(self, spec, args, kwargs, observe=False):
         import torch
+
         if self.dead:
             raise StudentError(f"not run: {self.dead}")
         if self.deadline is None:
@@ -331,10 +355,17 @@ class Link:
         self.calls += 1
         refs = Refs()
         try:
-            request = {"fn": spec, "args": to_wire(list(args), refs), "kwargs": to_wire(kwargs, refs),
-                       "grad": torch.is_grad_enabled(), "observe": observe,
-                       "autocast": (torch.is_autocast_enabled("cpu"),
-                                    str(torch.get_autocast_dtype("cpu")).removeprefix("torch."))}
+            request = {
+                "fn": spec,
+                "args": to_wire(list(args), refs),
+                "kwargs": to_wire(kwargs, refs),
+                "grad": torch.is_grad_enabled(),
+                "observe": observe,
+                "autocast": (
+                    torch.is_autocast_enabled("cpu"),
+                    str(torch.get_autocast_dtype("cpu")).removeprefix("torch."),
+                ),
+            }
             request["models"] = refs.models()
         except WireError as e:
             raise TypeError(str(e)) from None  # the test's own arguments: the grader's mistake
@@ -346,7 +377,10 @@ class Link:
         except (EOFError, BrokenPipeError):
             self.proc.wait()
             tail = self.log_tail()
-            self._fail(f"the worker ended (exit code {self.proc.returncode})" + (f": {tail}" if tail else ""))
+            self._fail(
+                f"the worker ended (exit code {self.proc.returncode})"
+                + (f": {tail}" if tail else "")
+            )
         except (WireError, ValueError, RuntimeError, KeyError, TypeError, IndexError) as e:
             self._fail(f"the worker sent something the grader does not take: {e}")
         if pending:
@@ -376,7 +410,10 @@ class Link:
             if what == "callback":
                 refs.take_back(states)
             try:
-                reply = ("value", to_wire(obj(*from_wire(payload)) if what == "callback" else next(obj), refs))
+                reply = (
+                    "value",
+                    to_wire(obj(*from_wire(payload)) if what == "callback" else next(obj), refs),
+                )
             except StopIteration:
                 reply = ("stop", None)
             except Exception as e:  # noqa: BLE001  (the test's own check failed: raised after the call)
@@ -387,6 +424,7 @@ class Link:
 
 # -----------------------------------------------------------------------------
 # The worker's side
+
 
 class _Callback:
     def __init__(self, worker, number):
@@ -436,6 +474,7 @@ class Worker:
 
     def make(self, kind, payload):
         import torch
+
         if kind == "model":
             return self.models[payload]
         if kind == "callback":
@@ -452,6 +491,7 @@ class Worker:
     def run(self, request):
         import torch
         from model import GPT, GPTConfig
+
         self.models = {}
         for n, state in request["models"].items():
             model = GPT(GPTConfig(**state["config"]))
@@ -461,11 +501,17 @@ class Worker:
         fn = importlib.import_module(path.removesuffix(".py").replace("/", "."))
         for part in qualname.split("."):
             fn = getattr(fn, part)
-        args, kwargs = from_wire(request["args"], self.make), from_wire(request["kwargs"], self.make)
+        args, kwargs = (
+            from_wire(request["args"], self.make),
+            from_wire(request["kwargs"], self.make),
+        )
         enabled, dtype = request["autocast"]
         observer = make_observer() if request["observe"] else contextlib.nullcontext()
-        with torch.set_grad_enabled(request["grad"]), \
-                torch.autocast("cpu", dtype=getattr(torch, dtype), enabled=enabled), observer:
+        with (
+            torch.set_grad_enabled(request["grad"]),
+            torch.autocast("cpu", dtype=getattr(torch, dtype), enabled=enabled),
+            observer,
+        ):
             value = fn(*args, **kwargs)
         return value, (observer.seen() if request["observe"] else None)
 
@@ -487,6 +533,7 @@ class Worker:
 def main():
     rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
     import torch
+
     torch.set_num_threads(1)
     Worker(rfd, wfd).serve()
 

@@ -37,16 +37,19 @@ from pathlib import Path
 METHODS = ("auto", "bwrap", "unshare", "user", "none")
 STUDENT_UID = 65534  # nobody; setup.sh of the Gradescope zip makes a user of its own (below)
 STUDENT_USER = "nanonope-student"
-TASK = "/task"       # where the copy is seen inside bwrap and unshare
+TASK = "/task"  # where the copy is seen inside bwrap and unshare
 
-UNSAFE = ("the student's code is not sandboxed (--sandbox=none): it can read and write what you can; "
-          "not safe against a hostile class (classroom/README.md)")
+UNSAFE = (
+    "the student's code is not sandboxed (--sandbox=none): it can read and write what you can; "
+    "not safe against a hostile class (classroom/README.md)"
+)
 
 
 def student_ids():
     """(uid, gid) the user method runs as: STUDENT_USER where it exists, else nobody."""
     try:
         import pwd
+
         entry = pwd.getpwnam(STUDENT_USER)
         return entry.pw_uid, entry.pw_gid
     except (ImportError, KeyError):
@@ -57,17 +60,31 @@ def environment(home="/tmp"):
     """The only variables a worker gets: no secret, no teacher's PWD or HOME, no path to the
     project's own functions."""
     bindir = str(Path(sys.executable).parent)
-    return {"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
-            "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", "PYTHONHASHSEED": "0",
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1", "PYTHONUNBUFFERED": "1",
-            **({"PYTHONPATH": ":".join(extra_paths())} if extra_paths() else {})}
+    return {
+        "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "TMPDIR": home,
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONUNBUFFERED": "1",
+        **({"PYTHONPATH": ":".join(extra_paths())} if extra_paths() else {}),
+    }
 
 
 @functools.lru_cache(maxsize=None)
 def python_paths():
     """The folders the worker's Python needs: its installation and where torch, numpy and
     tiktoken are installed (found without importing them)."""
-    paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), Path(sys.executable).resolve().parent}
+    paths = {
+        Path(sys.base_prefix).resolve(),
+        Path(sys.prefix).resolve(),
+        Path(sys.executable).resolve().parent,
+    }
     for name in ("torch", "numpy", "tiktoken"):
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.origin:
@@ -84,17 +101,42 @@ def extra_paths():
 
 def system_paths():
     """/usr and the top-level links or folders a Debian-like system loads programs from."""
-    return [p for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/ld.so.cache",
-                        "/etc/alternatives", "/sys/devices/system/cpu") if os.path.lexists(p)]
+    return [
+        p
+        for p in (
+            "/usr",
+            "/bin",
+            "/sbin",
+            "/lib",
+            "/lib32",
+            "/lib64",
+            "/etc/ld.so.cache",
+            "/etc/alternatives",
+            "/sys/devices/system/cpu",
+        )
+        if os.path.lexists(p)
+    ]
 
 
 def bwrap_args(copy, uid):
     args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     for p in system_paths():
-        args += (["--symlink", os.readlink(p), p] if os.path.islink(p) else ["--ro-bind", p, p])
+        args += ["--symlink", os.readlink(p), p] if os.path.islink(p) else ["--ro-bind", p, p]
     for p in python_paths():
         args += ["--ro-bind", p, p]
-    args += ["--ro-bind", str(copy), TASK, "--chdir", TASK, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    args += [
+        "--ro-bind",
+        str(copy),
+        TASK,
+        "--chdir",
+        TASK,
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--tmpfs",
+        "/tmp",
+    ]
     if uid is not None:
         args += ["--unshare-user", "--uid", str(uid), "--gid", str(uid)]
     args += ["--clearenv"]
@@ -126,8 +168,25 @@ exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-
 
 
 def unshare_args(copy, root):
-    return ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--net", "--ipc", "--uts",
-            "--kill-child", "--", "sh", "-c", UNSHARE_SCRIPT, "sh", str(root), str(copy)]
+    return [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--mount",
+        "--pid",
+        "--fork",
+        "--net",
+        "--ipc",
+        "--uts",
+        "--kill-child",
+        "--",
+        "sh",
+        "-c",
+        UNSHARE_SCRIPT,
+        "sh",
+        str(root),
+        str(copy),
+    ]
 
 
 def _drop_to(uid, gid):
@@ -136,6 +195,7 @@ def _drop_to(uid, gid):
         os.setgid(gid)
         os.setuid(uid)
         os.setsid()
+
     return preexec
 
 
@@ -149,16 +209,29 @@ def command(method, copy, argv):
         return {"args": bwrap_args(copy, uid) + argv, "env": environment(), "cwd": "/"}
     if method == "unshare":
         paths = " ".join(system_paths() + python_paths())
-        return {"args": unshare_args(copy, copy.parent / "root") + argv, "env": {**environment(), "PATHS": paths},
-                "cwd": "/"}
+        return {
+            "args": unshare_args(copy, copy.parent / "root") + argv,
+            "env": {**environment(), "PATHS": paths},
+            "cwd": "/",
+        }
     scratch = copy.parent / "scratch"
     scratch.mkdir(exist_ok=True)
     if method == "user":
         uid, gid = student_ids()
         os.chown(scratch, uid, gid)
         os.chmod(scratch, 0o700)
-        return {"args": argv, "env": environment(str(scratch)), "cwd": str(copy), "preexec_fn": _drop_to(uid, gid)}
-    return {"args": argv, "env": environment(str(scratch)), "cwd": str(copy), "start_new_session": True}
+        return {
+            "args": argv,
+            "env": environment(str(scratch)),
+            "cwd": str(copy),
+            "preexec_fn": _drop_to(uid, gid),
+        }
+    return {
+        "args": argv,
+        "env": environment(str(scratch)),
+        "cwd": str(copy),
+        "start_new_session": True,
+    }
 
 
 PROBE = "import sys; sys.exit(0 if open(sys.argv[1]).read() == 'ok' else 1)"
@@ -174,8 +247,11 @@ def unavailable(method):
     if method == "user" and os.geteuid() != 0:
         return "it needs the grader to run as root"
     if method != "user" and shutil.which(method) is None:
-        return f"{method} is not installed" + (" (Debian: apt-get install bubblewrap)" if method == "bwrap" else "")
+        return f"{method} is not installed" + (
+            " (Debian: apt-get install bubblewrap)" if method == "bwrap" else ""
+        )
     import tempfile
+
     with tempfile.TemporaryDirectory(prefix="nanonope_probe_") as tmp:
         copy = Path(tmp) / "task"
         copy.mkdir()
@@ -190,20 +266,26 @@ def unavailable(method):
             return f"{method} did not start ({e})"
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines()
-            return f"{method} failed here" + (f" ({lines[-1]})" if lines else "") + \
-                (": the student's user cannot run this Python" if method == "user" else "")
+            return (
+                f"{method} failed here"
+                + (f" ({lines[-1]})" if lines else "")
+                + (": the student's user cannot run this Python" if method == "user" else "")
+            )
     return None
 
 
 def choose(requested):
     """(the method to use, a warning line or None); UserError if requested is not available."""
     from tools.cli import UserError
+
     if requested not in METHODS:
         raise UserError(f"--sandbox={requested}: choose one of {', '.join(METHODS)}")
     if requested != "auto":
         why = unavailable(requested)
         if why:
-            raise UserError(f"--sandbox={requested} is not available here: {why}; --sandbox=auto picks what is")
+            raise UserError(
+                f"--sandbox={requested} is not available here: {why}; --sandbox=auto picks what is"
+            )
         return requested, (UNSAFE if requested == "none" else None)
     for method in ("bwrap", "unshare", "user"):
         if unavailable(method) is None:
@@ -222,11 +304,13 @@ def make_readable(folder):
 # -----------------------------------------------------------------------------
 # Nothing outlives its task
 
+
 def become_subreaper():
     """Orphans of the grader's children (a process that called setsid and whose parent died)
     come back to the grader, so kill_descendants finds them. Linux only; elsewhere nothing."""
     if sys.platform.startswith("linux"):
         import ctypes
+
         with_errno = ctypes.CDLL(None, use_errno=True)
         with_errno.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
@@ -258,7 +342,11 @@ def kill_descendants(uid=None):
         while grew:
             grew = False
             for pid, (ppid, owner) in procs.items():
-                if pid not in below and pid != me and (ppid == me or ppid in below or (uid is not None and owner == uid)):
+                if (
+                    pid not in below
+                    and pid != me
+                    and (ppid == me or ppid in below or (uid is not None and owner == uid))
+                ):
                     below.add(pid)
                     grew = True
         alive = [p for p in below if not _zombie(p)]

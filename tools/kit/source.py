@@ -27,12 +27,20 @@ class Refused(ValueError):
 # -----------------------------------------------------------------------------
 # Functions by ast
 
+
 def find_function(tree, qualname):
     """The def of `qualname` ("f" or "Class.method") in a parsed module, or None."""
     body, node = tree.body, None
     for part in qualname.split("."):
-        node = next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                     and n.name == part), None)
+        node = next(
+            (
+                n
+                for n in body
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                and n.name == part
+            ),
+            None,
+        )
         if node is None:
             return None
         body = node.body
@@ -40,7 +48,7 @@ def find_function(tree, qualname):
 
 
 def split_spec(spec):
-    """"model.py:query_scale" -> ("model.py", "query_scale")."""
+    """ "model.py:query_scale" -> ("model.py", "query_scale")."""
     path, _, qualname = spec.partition(":")
     return path, qualname
 
@@ -67,8 +75,10 @@ def offset(source, starts, lineno, col):
 
 def span(source, node, starts=None):
     starts = starts or line_starts(source)
-    return (offset(source, starts, node.lineno, node.col_offset),
-            offset(source, starts, node.end_lineno, node.end_col_offset))
+    return (
+        offset(source, starts, node.lineno, node.col_offset),
+        offset(source, starts, node.end_lineno, node.end_col_offset),
+    )
 
 
 def segment(source, node):
@@ -87,9 +97,12 @@ def def_line(source, node):
 
 def same_signature(theirs, ours):
     dump = lambda n: ast.dump(n, include_attributes=False)  # noqa: E731
-    return (type(theirs) is type(ours) and dump(theirs.args) == dump(ours.args)
-            and (theirs.returns is None) == (ours.returns is None)
-            and (ours.returns is None or dump(theirs.returns) == dump(ours.returns)))
+    return (
+        type(theirs) is type(ours)
+        and dump(theirs.args) == dump(ours.args)
+        and (theirs.returns is None) == (ours.returns is None)
+        and (ours.returns is None or dump(theirs.returns) == dump(ours.returns))
+    )
 
 
 def submitted_function(source, qualname, project_source):
@@ -107,8 +120,10 @@ def submitted_function(source, qualname, project_source):
     ours = find_function(ast.parse(project_source), qualname)
     expected = def_line(project_source, ours)
     if node.decorator_list:
-        raise Refused(f"{qualname} has a decorator: the graded function is `{expected}` and its body, "
-                      "nothing above it")
+        raise Refused(
+            f"{qualname} has a decorator: the graded function is `{expected}` and its body, "
+            "nothing above it"
+        )
     if not same_signature(node, ours):
         raise Refused(f"{qualname}'s def line differs from the project's: write `{expected}`")
     return segment(source, node), node
@@ -124,8 +139,12 @@ def take(submitted, project, qualname):
     if shift:
         starts = line_starts(text)
         lines = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
-        lines[1:] = [(" " * shift + s if shift > 0 else s[min(-shift, len(s) - len(s.lstrip(" \t"))):])
-                     if s.strip() else s for s in lines[1:]]
+        lines[1:] = [
+            (" " * shift + s if shift > 0 else s[min(-shift, len(s) - len(s.lstrip(" \t"))) :])
+            if s.strip()
+            else s
+            for s in lines[1:]
+        ]
         text = "".join(lines)
     a, b = span(project, ours)
     out = project[:a] + text + project[b:]
@@ -134,8 +153,10 @@ def take(submitted, project, qualname):
     except SyntaxError:
         back = None
     if back is None or ast.dump(back) != ast.dump(theirs):
-        raise Refused(f"{qualname} does not read back the same once put in the project's file: "
-                      "indent it as the project does")
+        raise Refused(
+            f"{qualname} does not read back the same once put in the project's file: "
+            "indent it as the project does"
+        )
     return out
 
 
@@ -149,12 +170,18 @@ def blank(source, qualnames, message):
     starts = line_starts(source)
     for node in sorted(nodes, key=lambda n: -n.lineno):  # from the bottom: offsets above hold
         first = node.body[0]
-        has_doc = isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant) \
+        has_doc = (
+            isinstance(first, ast.Expr)
+            and isinstance(getattr(first, "value", None), ast.Constant)
             and isinstance(first.value.value, str)
-        a = starts[first.end_lineno] if has_doc else starts[first.lineno - 1]  # the line after the docstring
+        )
+        # from the line after the docstring
+        a = starts[first.end_lineno] if has_doc else starts[first.lineno - 1]
         b = starts[node.end_lineno] if node.end_lineno < len(starts) else len(source)
         indent = " " * first.col_offset
-        source = source[:a] + f"{indent}raise NotImplementedError({message(node.name)!r})\n" + source[b:]
+        source = (
+            source[:a] + f"{indent}raise NotImplementedError({message(node.name)!r})\n" + source[b:]
+        )
     return source
 
 
@@ -165,7 +192,9 @@ def normalised(node):
     node = ast.parse(ast.unparse(node)).body[0]
     args = node.args
     names = {}
-    for a in args.posonlyargs + args.args + args.kwonlyargs + [x for x in (args.vararg, args.kwarg) if x]:
+    for a in (
+        args.posonlyargs + args.args + args.kwonlyargs + [x for x in (args.vararg, args.kwarg) if x]
+    ):
         names.setdefault(a.arg, f"v{len(names)}")
     for n in ast.walk(node):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
@@ -176,8 +205,13 @@ def normalised(node):
         elif isinstance(n, ast.arg) and n.arg in names:
             n.arg = names[n.arg]
         body = getattr(n, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
-                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             n.body = body[1:] or [ast.Pass()]
     return ast.dump(node)
 
@@ -185,10 +219,15 @@ def normalised(node):
 # -----------------------------------------------------------------------------
 # The project's files: one snapshot
 
+
 def in_git(root):
     try:
-        top = subprocess.run(["git", "-C", str(root), "rev-parse", "--show-toplevel"], capture_output=True,
-                             text=True, timeout=30)
+        top = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return top.returncode == 0 and Path(top.stdout.strip()).resolve() == Path(root).resolve()
@@ -199,7 +238,11 @@ def ignore_rules(root):
     f = Path(root) / ".gitignore"
     if not f.exists():
         return []
-    return [p.strip() for p in f.read_text(encoding="utf-8").splitlines() if p.strip() and not p.startswith("#")]
+    return [
+        p.strip()
+        for p in f.read_text(encoding="utf-8").splitlines()
+        if p.strip() and not p.startswith("#")
+    ]
 
 
 def ignored(rel, is_dir, patterns):
@@ -229,14 +272,25 @@ def take_snapshot(root, dst):
     root, dst = Path(root), Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     if in_git(root):
-        tar = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", "HEAD"], capture_output=True,
-                             check=True).stdout
+        tar = subprocess.run(
+            ["git", "-C", str(root), "archive", "--format=tar", "HEAD"],
+            capture_output=True,
+            check=True,
+        ).stdout
         with tarfile.open(fileobj=io.BytesIO(tar)) as t:
             t.extractall(dst, filter="data")
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True).stdout
-        return {"source": f"git HEAD {head.strip()[:12]}", "edited": [s[3:] for s in status.splitlines()]}
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout
+        status = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        return {
+            "source": f"git HEAD {head.strip()[:12]}",
+            "edited": [s[3:] for s in status.splitlines()],
+        }
     for rel in project_files(root):
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, dst / rel)
@@ -244,10 +298,13 @@ def take_snapshot(root, dst):
 
 
 def copy_tree(src, dst, leave_out=()):
-    """Copy a snapshot (or any project folder) to dst, without the top-level entries in leave_out."""
+    """Copy a snapshot (or any project folder) to dst, without the files and folders named in
+    leave_out (paths relative to src, such as "tests" or "classroom/README.md")."""
     src, dst = Path(src), Path(dst)
     for rel in project_files(src):
-        if rel.parts[0] in leave_out:
+        if any(
+            rel.as_posix() == x or rel.as_posix().startswith(x.rstrip("/") + "/") for x in leave_out
+        ):
             continue
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / rel, dst / rel)
@@ -258,10 +315,15 @@ def fingerprint(folder):
     (untracked files included), else a hash of every file's path and bytes."""
     folder = Path(folder)
     if in_git(folder):
-        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-        status = subprocess.run(["git", "-C", str(folder), "status", "--porcelain"], capture_output=True,
-                                text=True).stdout
-        diff = subprocess.run(["git", "-C", str(folder), "diff", "HEAD"], capture_output=True).stdout
+        head = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout
+        status = subprocess.run(
+            ["git", "-C", str(folder), "status", "--porcelain"], capture_output=True, text=True
+        ).stdout
+        diff = subprocess.run(
+            ["git", "-C", str(folder), "diff", "HEAD"], capture_output=True
+        ).stdout
         return hashlib.sha256((head + status).encode() + diff).hexdigest()
     h = hashlib.sha256()
     for dirpath, dirs, files in os.walk(folder):

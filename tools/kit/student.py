@@ -1,13 +1,24 @@
 """
-The student copy (python tools/classroom.py student OUT): the project's snapshot with each
-handed-out task's functions blanked by `ast` (signature and docstring kept, the body replaced
-by raise NotImplementedError("T3: write uniform_scale (classroom/T3.md)")). Nothing marks the
-solution in the project's code and no second copy of it is kept: the blanks are cut from the
-code itself. It also writes .github/workflows/classroom.yml (GitHub Classroom's feedback) and
-.classroom.json (which tasks are blank).
+The student copy (python tools/classroom.py student OUT): the project's snapshot (the tracked
+files at HEAD) with each handed-out task's functions blanked by `ast` (signature and docstring
+kept, the body replaced by raise NotImplementedError("T3: write uniform_scale
+(classroom/T3.md)")). Nothing marks the solution in the project's code: the blanks are cut
+from the code itself.
+
+What the copy holds instead of the project's tests: tests/test_paper.py replays the project's
+own checks from outputs stored at the public seeds (tools/kit/snapshots.py; recorded here by
+running the project's tests), so no reference code ships. What it leaves out (TEACHER_ONLY):
+the project's tests and CI, the teacher's guide, the lab's key, and the grader's parts the
+students never run. It also writes .github/workflows/classroom.yml (tools/kit/platforms.py)
+and .classroom.json (which tasks are blank).
 """
 
+import io
 import json
+import os
+import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -15,12 +26,78 @@ from tools.cli import UserError
 from tools.kit.source import blank, copy_tree, split_spec, take_snapshot
 
 MARK = ".classroom.json"  # written into a student copy: which tasks are blank
+TEACHER_ONLY = (
+    "tests",
+    ".ci",
+    ".github",
+    "classroom/README.md",
+    "classroom/lab_key.md",
+    "tools/kit/grade.py",
+    "tools/kit/judge.py",
+    "tools/kit/sandbox.py",
+    "tools/kit/student.py",
+    "tools/kit/platforms.py",
+    "classroom/lab_ranges.json",
+)
+
+
+def record(snap, ids, tasks, out):
+    """Run the project's checks of the tasks ids at the public seeds in snap, storing every
+    call to their functions (tools/kit/snapshots.py) into out/T1.pt ..."""
+    spec = Path(out) / "record.json"
+    Path(out).mkdir(parents=True, exist_ok=True)
+    spec.write_text(
+        json.dumps({"tasks": {t: tasks[t]["functions"] for t in ids}, "out": str(out)}),
+        encoding="utf-8",
+    )
+    env = {
+        **os.environ,
+        "NANONOPE_RECORD": str(spec),
+        "NANONOPE_SEED": "0",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "tests/test_paper.py",
+        "-q",
+        "-p",
+        "tools.kit.snapshots",
+        "-k",
+        " or ".join(f"test_{t}_" for t in ids),
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "addopts=",
+        "--tb=line",
+    ]
+    done = subprocess.run(
+        cmd, cwd=snap, env=env, capture_output=True, text=True, encoding="utf-8", errors="replace"
+    )
+    from tools.kit.snapshots import read
+
+    for t in ids:
+        f = Path(out) / f"{t}.pt.xz"
+        failed = read(f)["failed"] if f.exists() else ["(none recorded)"]
+        if failed:
+            tail = (done.stdout + done.stderr).strip().splitlines()[-1:]
+            raise UserError(
+                f"the project's own checks of {t} fail at the public seeds ({', '.join(failed[:3])}; "
+                f"{' '.join(tail)}): fix the project before handing it out"
+            )
+    spec.unlink()
 
 
 def student(out, ids, tasks, root):
+    from tools.kit.platforms import github_workflow
+
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not empty: name a new folder (nothing was written)")
+    existed = out.exists()
     with tempfile.TemporaryDirectory(prefix="nanonope_student_") as tmp:
         snap = Path(tmp) / "snapshot"
         take_snapshot(root, snap)
@@ -33,63 +110,115 @@ def student(out, ids, tasks, root):
         for path, items in by_file.items():  # every blank made before anything is written
             names = {q.split(".")[-1]: t for t, q in items}
             try:
-                blanked[path] = blank((snap / path).read_text(encoding="utf-8"), [q for _, q in items],
-                                      lambda name: f"{names[name]}: write {name} "
-                                                   f"(classroom/{tasks[names[name]]['handout']})")
+                blanked[path] = blank(
+                    (snap / path).read_text(encoding="utf-8"),
+                    [q for _, q in items],
+                    lambda name: (
+                        f"{names[name]}: write {name} (classroom/{tasks[names[name]]['handout']})"
+                    ),
+                )
             except ValueError as e:
                 raise UserError(str(e)) from None
-        copy_tree(snap, out)
-    for path, source in blanked.items():
-        (out / path).write_text(source, encoding="utf-8", newline="\n")
-    (out / MARK).write_text(json.dumps({"blank": ids}, indent=1) + "\n", encoding="utf-8")
-    workflow = out / ".github" / "workflows" / "classroom.yml"
-    workflow.parent.mkdir(parents=True, exist_ok=True)
-    workflow.write_text(github_workflow([tasks[t] for t in ids]), encoding="utf-8")
-    print(f"wrote the student copy {out}: {', '.join(ids)} blank "
-          f"({', '.join(f'{p}:{q}' for p, items in by_file.items() for _, q in items)}); "
-          f"its GitHub Classroom workflow: {workflow.relative_to(out).as_posix()}")
+        stored = Path(tmp) / "snapshots"
+        record(snap, ids, tasks, stored)
+        try:
+            copy_tree(snap, out, leave_out=TEACHER_ONLY)
+            for path, source in blanked.items():
+                (out / path).write_text(source, encoding="utf-8", newline="\n")
+            (out / "tests" / "snapshots").mkdir(parents=True)
+            shutil.copy2(
+                snap / "tools" / "kit" / "student_tests.py", out / "tests" / "test_paper.py"
+            )
+            for f in sorted(stored.glob("T*.pt.xz")):
+                shutil.copy2(f, out / "tests" / "snapshots" / f.name)
+            (out / MARK).write_text(json.dumps({"blank": ids}, indent=1) + "\n", encoding="utf-8")
+            workflow = out / ".github" / "workflows" / "classroom.yml"
+            workflow.parent.mkdir(parents=True, exist_ok=True)
+            workflow.write_text(github_workflow([tasks[t] for t in ids]), encoding="utf-8")
+            found = leaks(out, answer_lines(snap, tasks, ids))
+            if found:
+                raise UserError(
+                    f"the copy would hold an answer: {found[0][0]} has `{found[0][1]}` "
+                    f"({len(found)} such lines; nothing was written)"
+                )
+        except BaseException:  # nothing half-written left behind (an empty folder given stays)
+            for child in out.iterdir() if existed else [out]:
+                shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink()
+            raise
+    print(
+        f"wrote the student copy {out}: {', '.join(ids)} blank "
+        f"({', '.join(f'{p}:{q}' for p, items in by_file.items() for _, q in items)}); their checks: "
+        f"tests/test_paper.py (the project's outputs at the public seeds, tests/snapshots/); "
+        f"GitHub Classroom's workflow: .github/workflows/classroom.yml"
+    )
 
 
-def github_workflow(tasks):
-    """GitHub Classroom's autograding: each task's public tests with its points and a timeout.
-    Feedback only: students can edit their repository, so the grade of record is `grade`."""
-    steps = [f"""    - name: {json.dumps(t['id'] + ' ' + t['title'])}
-      id: {t['id'].lower()}
-      uses: classroom-resources/autograding-command-grader@v1
-      with:
-        test-name: {t['id']}
-        command: python -m pytest tests/test_paper.py -q -k test_{t['id']}_
-        timeout: 5
-        max-score: {t['points']}
-""" for t in tasks]
-    env = "".join(f"        {t['id']}_RESULTS: \"${{{{steps.{t['id'].lower()}.outputs.result}}}}\"\n" for t in tasks)
-    return f"""# Written by tools/classroom.py student: the public tests of each task, for feedback.
-name: Autograding Tests
-'on':
-- push
-- repository_dispatch
-permissions:
-  checks: write
-  actions: read
-  contents: read
-jobs:
-  run-autograding-tests:
-    runs-on: ubuntu-latest
-    if: github.actor != 'github-classroom[bot]'
-    steps:
-    - name: Checkout code
-      uses: actions/checkout@v4
-    - name: Set up Python
-      uses: actions/setup-python@v5
-      with:
-        python-version: '3.11'
-    - name: Install the CPU build of torch, then the rest
-      run: |
-        python -m pip install torch --index-url https://download.pytorch.org/whl/cpu
-        python -m pip install -r requirements.txt
-{''.join(steps)}    - name: Autograding Reporter
-      uses: classroom-resources/autograding-grading-reporter@v1
-      env:
-{env}      with:
-        runners: {','.join(t['id'].lower() for t in tasks)}
-"""
+# -----------------------------------------------------------------------------
+# No answer in the copy
+
+
+def _code_lines(text):
+    """Each line of Python source without its comment, whitespace collapsed."""
+    import tokenize
+
+    lines = text.splitlines()
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            if tok.type == tokenize.COMMENT:
+                row, col = tok.start
+                lines[row - 1] = lines[row - 1][:col]
+    except (tokenize.TokenError, IndentationError):
+        pass
+    return [" ".join(line.split()) for line in lines]
+
+
+def answer_lines(root, tasks, ids, shortest=25):
+    """The code lines of the blanked bodies (after the docstring, comments dropped, whitespace
+    collapsed, at least `shortest` characters), less those the project also holds outside the
+    task functions: what must not appear in any text file of a student copy."""
+    import ast
+
+    from tools.kit.source import find_function
+
+    bodies, outside = set(), set()
+    specs = [split_spec(s) for t in ids for s in tasks[t]["functions"]]
+    for f in sorted(Path(root).rglob("*.py")):
+        rel = f.relative_to(root).as_posix()
+        if rel.startswith(("tests/", "out/")) or "/." in "/" + rel:
+            continue
+        text = f.read_text(encoding="utf-8")
+        code, inside = _code_lines(text), set()
+        for path, qualname in specs:
+            if path == rel:
+                node = find_function(ast.parse(text), qualname)
+                first = node.body[0]
+                doc = isinstance(first, ast.Expr) and isinstance(
+                    getattr(first, "value", None), ast.Constant
+                )
+                bodies.update(
+                    line
+                    for line in code[
+                        first.end_lineno if doc else first.lineno - 1 : node.end_lineno
+                    ]
+                    if len(line) >= shortest
+                )
+                inside.update(range(node.lineno - 1, node.end_lineno))
+        outside.update(line for i, line in enumerate(code) if i not in inside)
+    return bodies - outside
+
+
+def leaks(copy, lines):
+    """(file, line) for each text file of the copy that holds one of `lines`."""
+    found = []
+    for f in sorted(Path(copy).rglob("*")):
+        if not f.is_file():
+            continue
+        try:
+            text = f.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # not text (the stored outputs, the figures)
+        flat = [" ".join(line.split()) for line in text.splitlines()]
+        for line in lines:
+            if any(line in row for row in flat):
+                found.append((f.relative_to(copy).as_posix(), line))
+    return found

@@ -1,0 +1,393 @@
+"""
+The kit on the platforms a course runs on (python tools/classroom.py gradescope | grade-all),
+and GitHub Classroom's workflow for the student copy.
+
+gradescope OUT.zip: Gradescope's autograder. At the zip's root setup.sh and run_autograder
+(bash, executable), secret.txt, results_if_broken.json, and nanoNoPE/: the project's snapshot
+(in git the tracked files at HEAD) without docs/. Gradescope unpacks it to
+/autograder/source, runs setup.sh once when it builds the image and run_autograder for each
+submission (the upload in /autograder/submission, results in /autograder/results/results.json).
+--try_on=FOLDER runs the zip on FOLDER as Gradescope would, in a temporary root, and prints the
+time and the peak memory of the whole process tree.
+
+grade-all DIR --csv=FILE: every immediate subfolder of DIR is one student's submission, graded
+against one snapshot with the grader's isolation; FILE holds one row a student.
+"""
+
+import csv
+import io
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+from tools.cli import UserError, atomic_write_text
+from tools.kit.source import copy_tree, take_snapshot
+
+SETUP = r"""#!/usr/bin/env bash
+# Gradescope runs this once, as root, when it builds the autograder's image (Ubuntu).
+# Written by tools/classroom.py gradescope; the zip was made and tried with PyTorch {torch}.
+set -euo pipefail
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q python3 python3-pip python3-venv bubblewrap
+python3 -m venv "$ROOT/venv"
+"$ROOT/venv/bin/python" -m pip install -q "torch=={torch}" --index-url https://download.pytorch.org/whl/cpu
+"$ROOT/venv/bin/python" -m pip install -q -r "$ROOT/source/nanoNoPE/requirements.txt"
+# the student's code runs as this user when the container forbids namespaces (--sandbox=user)
+id -u nanonope-student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin nanonope-student
+chmod -R go-rwx "$ROOT/source"   # the secret and the project's own functions: root's alone
+"""
+
+RUN = r"""#!/usr/bin/env bash
+# Gradescope runs this for each submission. It always writes results/results.json.
+# Written by tools/classroom.py gradescope.
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+PY="$ROOT/venv/bin/python"
+[ -x "$PY" ] || PY="$(command -v python3)"
+mkdir -p "$ROOT/results"
+OUT="$ROOT/results/results.json"
+rm -f "$OUT"
+cd "$ROOT/source/nanoNoPE" || exit 0
+NANONOPE_SECRET="$(cat "$ROOT/source/secret.txt")" "$PY" tools/classroom.py grade "$ROOT/submission" \
+    --json="$OUT" --tasks={tasks} --timeout={timeout}
+status=$?
+if [ ! -s "$OUT" ]; then  # the grader itself failed: every task at 0, and why in the teacher's log
+    echo "tools/classroom.py grade exited with $status and wrote no results" >&2
+    cp "$ROOT/source/results_if_broken.json" "$OUT"
+fi
+exit 0
+"""
+
+
+def torch_version():
+    """The PyTorch this kit was made with (without importing it), e.g. 2.13.0."""
+    try:
+        return metadata.version("torch").split("+")[0]
+    except metadata.PackageNotFoundError:
+        raise UserError(
+            "PyTorch is not installed here: the zip pins the version it was tried with"
+        ) from None
+
+
+def gradescope(out, ids, tasks, secret, root, timeout):
+    """Write Gradescope's autograder zip to out."""
+    from tools.kit.grade import gradescope as results_json, zero_results
+
+    out = Path(out)
+    if out.suffix != ".zip":
+        raise UserError(f"{out}: name a .zip file")
+    if not secret:
+        raise UserError(
+            "a Gradescope zip needs a secret: --secret=S or NANONOPE_SECRET (the seeds come from it)"
+        )
+    version = torch_version()
+    broken = results_json(
+        zero_results(
+            ids,
+            tasks,
+            "the autograder could not grade this submission: your instructor has the log",
+        ),
+        tasks,
+        0,
+    )
+    files = {
+        "setup.sh": SETUP.format(torch=version),
+        "run_autograder": RUN.format(tasks=",".join(ids), timeout=timeout),
+        "secret.txt": secret,
+        "results_if_broken.json": json.dumps(broken, indent=1) + "\n",
+    }
+    with tempfile.TemporaryDirectory(prefix="nanonope_zip_") as tmp:
+        snap = Path(tmp) / "snapshot"
+        take_snapshot(root, snap)
+        copy_tree(snap, Path(tmp) / "nanoNoPE", leave_out=("docs",))
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, text in files.items():
+                info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+                mode = 0o755 if name in ("setup.sh", "run_autograder") else 0o644
+                info.external_attr = (stat.S_IFREG | mode) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                z.writestr(info, text)
+            for f in sorted((Path(tmp) / "nanoNoPE").rglob("*")):
+                if f.is_file():
+                    z.write(f, f.relative_to(tmp).as_posix())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = out.with_suffix(".zip.tmp")
+    tmp_out.write_bytes(buf.getvalue())
+    os.replace(tmp_out, out)
+    print(
+        f"wrote {out} ({len(buf.getvalue()) >> 10} KB): {', '.join(ids)}, PyTorch {version} (CPU build), "
+        f"{timeout} s a task; upload it as the assignment's autograder"
+    )
+
+
+def unpack(zip_path, root):
+    """The zip as Gradescope lays it out: its contents in root/source, modes kept."""
+    with zipfile.ZipFile(zip_path) as z:
+        for info in z.infolist():
+            target = Path(root) / "source" / info.filename
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(z.read(info))
+            mode = (info.external_attr >> 16) & 0o777
+            if mode:
+                os.chmod(target, mode)
+
+
+def try_zip(zip_path, submission, memory_mb=768, cpus=0.5):
+    """Run the zip on a submission as Gradescope would (without setup.sh), in a temporary root.
+    Where this machine lets cgroups be made (Linux, as root), the run is held to memory_mb and
+    to `cpus` of a CPU, as Gradescope's default container is, and its peak anonymous memory
+    (sampled every 20 ms) and the cgroup's own peak (page cache included) are reported;
+    elsewhere the summed resident memory of the process tree (shared libraries counted in each
+    process), on the whole machine."""
+    from tools.kit import sandbox
+
+    group = memory_group(memory_mb << 20)
+    cpu = cpu_group(cpus)
+    with tempfile.TemporaryDirectory(prefix="nanonope_autograder_") as root:
+        unpack(zip_path, root)
+        shutil.copytree(submission, Path(root) / "submission")
+        t0, peak = time.time(), 0
+
+        def join():
+            for g in (group[0] if group else None, cpu):
+                if g is not None:
+                    (g / "cgroup.procs").write_text(str(os.getpid()))
+
+        proc = subprocess.Popen(
+            ["bash", str(Path(root) / "source" / "run_autograder")],
+            env={**os.environ, "AUTOGRADER_ROOT": root},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=join if group or cpu else None,
+        )
+        while proc.poll() is None:
+            peak = max(peak, group_anon(group) if group else tree_memory(proc.pid, sandbox))
+            time.sleep(0.02)
+        log = proc.stdout.read()
+        seconds = time.time() - t0
+        results = json.loads((Path(root) / "results" / "results.json").read_text(encoding="utf-8"))
+    print(log.rstrip())
+    if group:
+        usage = group_peak(group)
+        memory = (
+            f"held to {memory_mb} MB: peak anonymous memory {peak / 2**20:.0f} MB, the cgroup's peak "
+            f"{usage / 2**20:.0f} MB with page cache"
+        )
+        group[0].rmdir()
+    else:
+        memory = f"peak resident memory of the process tree {peak / 2**20:.0f} MB (shared pages counted in each)"
+    if cpu is not None:
+        cpu.rmdir()
+    where = f"on {cpus:g} of a CPU" if cpu is not None else "on this machine's CPUs"
+    print(
+        f"tried {zip_path} on {submission}: score {results['score']}, {seconds:.1f} s {where}, {memory}"
+    )
+    return results, seconds, peak
+
+
+def memory_group(limit):
+    """(a new memory cgroup held to limit bytes, its version) where one can be made, else None."""
+    name = f"nanonope_try_{os.getpid()}"
+    try:
+        v1 = Path("/sys/fs/cgroup/memory")
+        if v1.is_dir():
+            path = v1 / name
+            path.mkdir()
+            (path / "memory.limit_in_bytes").write_text(str(limit))
+            return path, 1
+        v2 = Path("/sys/fs/cgroup")
+        if "memory" in (v2 / "cgroup.controllers").read_text():
+            path = v2 / name
+            path.mkdir()
+            (path / "memory.max").write_text(str(limit))
+            return path, 2
+    except OSError:
+        return None
+    return None
+
+
+def cpu_group(cpus):
+    """A new cgroup v1 CPU group held to `cpus` of a CPU, or None."""
+    path = Path("/sys/fs/cgroup/cpu") / f"nanonope_try_{os.getpid()}"
+    try:
+        path.mkdir()
+        (path / "cpu.cfs_period_us").write_text("100000")
+        (path / "cpu.cfs_quota_us").write_text(str(int(cpus * 100000)))
+        return path
+    except OSError:
+        return None
+
+
+def group_anon(group):
+    path, version = group
+    key = "total_rss" if version == 1 else "anon"
+    try:
+        for line in (path / "memory.stat").read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except OSError:
+        pass
+    return 0
+
+
+def group_peak(group):
+    path, version = group
+    f = path / ("memory.max_usage_in_bytes" if version == 1 else "memory.peak")
+    try:
+        return int(f.read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def tree_memory(pid, sandbox):
+    """Resident bytes of pid and every process below it (Linux /proc)."""
+    procs = sandbox._processes()
+    tree, grew = {pid}, True
+    while grew:
+        grew = False
+        for p, (ppid, _) in procs.items():
+            if ppid in tree and p not in tree:
+                tree.add(p)
+                grew = True
+    total = 0
+    for p in tree:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return total
+
+
+# -----------------------------------------------------------------------------
+# grade-all: a class, one row a student
+
+
+def grade_all(folder, ids, tasks, cfg, root):
+    from tools.kit.grade import Grader, find_submission
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(
+            f"{folder} is not a folder: give the folder that holds one folder a student"
+        )
+    if not cfg.csv:
+        raise UserError("grade-all writes a gradebook: give --csv=FILE")
+    students = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    for p in sorted(folder.iterdir()):
+        if not p.is_dir():
+            print(f"skipped {p.name}: a file, not a student's folder")
+    if not students:
+        raise UserError(f"{folder} holds no student's folder")
+    secret = cfg.secret or os.environ.get("NANONOPE_SECRET", "")
+    rows, t0 = [], time.time()
+    with Grader(root, secret, cfg.seed, cfg.timeout, cfg.sandbox) as grader:
+        for line in grader.describe():
+            print(line)
+        for i, sub in enumerate(students):
+            where = find_submission(sub, tasks)
+            if where is None:
+                results = None
+                problems = "no task file in the folder"
+            else:
+                results = grader.grade(where, ids)
+                problems = "; ".join(
+                    f"{r['id']}: {r['output']}" for r in results if not r["passed"]
+                )
+            row = {"student": sub.name}
+            for tid in ids:
+                row[tid] = (
+                    next((r["score"] for r in results if r["id"] == tid), 0) if results else 0
+                )
+            row["total"] = sum(row[t] for t in ids)
+            row["problems"] = problems
+            row["copied"] = " ".join(r["id"] for r in results if r.get("copied")) if results else ""
+            rows.append(row)
+            done = time.time() - t0
+            eta = done / (i + 1) * (len(students) - i - 1)
+            print(
+                f"\rstudent {i + 1} of {len(students)} ({sub.name}): {row['total']:g}  "
+                f"{done:.0f} s, about {eta:.0f} s left",
+                end="",
+                flush=True,
+            )
+    print()
+    text = io.StringIO()
+    w = csv.DictWriter(text, ["student", *ids, "total", "problems", "copied"], lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(cfg.csv, text.getvalue())
+    seconds = time.time() - t0
+    print(
+        f"graded {len(students)} students in {seconds:.0f} s ({seconds / len(students):.1f} s each): {cfg.csv}"
+    )
+    return rows
+
+
+def github_workflow(tasks):
+    """GitHub Classroom's autograding (classroom-resources/autograding-command-grader): each
+    task's checks in the copy (tests/test_paper.py -k test_T3_) with its points, PyTorch's CPU
+    build pinned to the version the kit was made with, pip's downloads cached. Feedback only:
+    students can edit their repository, so the grade of record is `grade` with the secret."""
+    steps = [
+        f"""    - name: {json.dumps(t["id"] + " " + t["title"])}
+      id: {t["id"].lower()}
+      uses: classroom-resources/autograding-command-grader@v1
+      with:
+        test-name: {t["id"]}
+        command: python -m pytest tests/test_paper.py -q -p no:cacheprovider -k test_{t["id"]}_
+        timeout: 10
+        max-score: {t["points"]}
+"""
+        for t in tasks
+    ]
+    env = "".join(
+        f'        {t["id"]}_RESULTS: "${{{{steps.{t["id"].lower()}.outputs.result}}}}"\n'
+        for t in tasks
+    )
+    return f"""# Written by tools/classroom.py student: each task's checks, for feedback (the grade of
+# record is the teacher's tools/classroom.py grade). T5's and T6's checks run T1 (and T6's T2):
+# until those are written they fail, saying so.
+name: Autograding Tests
+'on':
+- push
+- repository_dispatch
+permissions:
+  checks: write
+  actions: read
+  contents: read
+jobs:
+  run-autograding-tests:
+    runs-on: ubuntu-latest
+    if: github.actor != 'github-classroom[bot]'
+    steps:
+    - name: Checkout code
+      uses: actions/checkout@v4
+    - name: Set up Python
+      uses: actions/setup-python@v5
+      with:
+        python-version: '3.11'
+        cache: pip
+        cache-dependency-path: requirements.txt
+    - name: Install PyTorch's CPU build ({torch_version()}, as the kit was made), then the rest
+      run: |
+        python -m pip install torch=={torch_version()} --index-url https://download.pytorch.org/whl/cpu
+        python -m pip install -r requirements.txt
+{"".join(steps)}    - name: Autograding Reporter
+      uses: classroom-resources/autograding-grading-reporter@v1
+      env:
+{env}      with:
+        runners: {",".join(t["id"].lower() for t in tasks)}
+"""

@@ -1,0 +1,360 @@
+"""
+The student copy's tests: the project's own outputs at the public seeds, stored (as CS336's
+snapshots are) and replayed against the student's functions, so no reference code ships.
+
+record (tools/classroom.py student runs it): the project's tests/test_paper.py at the public
+seeds, each handed-out function wrapped in a Recorder (this file as a pytest plugin, with
+NANONOPE_RECORD naming the tasks and a folder). Every call a task's tests make to its own
+functions is kept: the arguments (a model as its state, an iterator as the items it gave),
+the precision and grad mode, the models' state after the call, what the function returned,
+and, for a call made through observe(), how it computed. One file a task: T3.pt.xz.
+
+replay (the copy's tests/test_paper.py calls replay()): each of the project's checks becomes
+one check of the same name, whose stored calls are made again on the student's function. Its
+result must equal the stored one (floats within 2e-4, or 1e-4 relative), the models must be
+left as stored, and an observed call must run no fused attention and make no tensor larger
+than the project's did. The grade of record is still tools/classroom.py grade, with the
+project's full checks and the teacher's seeds.
+"""
+
+import io
+import json
+import math
+import os
+from pathlib import Path
+
+from tools.kit.remote import TAG, from_wire, load_model_state, make_observer, model_state, to_wire
+
+RECORD = "NANONOPE_RECORD"
+ATOL, RTOL = 2e-4, 1e-4
+
+
+def task_of(name):
+    """test_T3_random_tables[2] -> T3."""
+    return name.split("_")[1]
+
+
+# -----------------------------------------------------------------------------
+# record: a pytest plugin (python -m pytest tests/test_paper.py -p tools.kit.snapshots)
+
+
+class _Recording:
+    spec = None
+    current = None  # the check running now
+    calls = {}  # check name -> [call, ...]
+    outcomes = {}  # check name -> passed
+
+
+class _Iterator:
+    def __init__(self, source, items):
+        self.source, self.items = iter(source), items
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.source)
+        self.items.append(to_wire(item))
+        return item
+
+
+class _Callback:
+    def __init__(self, fn, calls):
+        self.fn, self.calls = fn, calls
+
+    def __call__(self, *args):
+        self.calls.append(to_wire(list(args)))
+        return self.fn(*args)
+
+
+class Recorder:
+    """Stands for a handed-out function while the project's tests run: keeps each call a test
+    of its own task makes, and passes every call on to the project's function."""
+
+    def __init__(self, tid, name, fn):
+        self.tid, self.name, self.fn = tid, name, fn
+        self.project_version = fn  # the check that compares with the project's own fit runs too
+        self.__name__, self.__doc__ = fn.__name__, fn.__doc__
+
+    def __call__(self, *args, **kwargs):
+        return self.call(args, kwargs, False)[0]
+
+    def observe(self, args, kwargs):
+        return self.call(args, kwargs, True)
+
+    def call(self, args, kwargs, observe):
+        import torch
+
+        if _Recording.current is None or task_of(_Recording.current) != self.tid:
+            return self.run(args, kwargs, observe)
+        refs = _Refs()
+        wire_args, wire_kwargs = to_wire(list(args), refs), to_wire(kwargs, refs)
+        call = {
+            "fn": self.name,
+            "args": wire_args,
+            "kwargs": wire_kwargs,
+            "models": refs.states(),
+            "grad": torch.is_grad_enabled(),
+            "autocast": (
+                torch.is_autocast_enabled("cpu"),
+                str(torch.get_autocast_dtype("cpu"))[6:],
+            ),
+            "items": {},
+            "callbacks": {},
+        }
+
+        def make(kind, n):
+            if kind in ("nullcontext", "autocast"):
+                return _context(kind, n)
+            obj = refs.items[n][0]
+            if kind == "iterator":
+                return _Iterator(obj, call["items"].setdefault(n, []))
+            if kind == "callback":
+                return _Callback(obj, call["callbacks"].setdefault(n, []))
+            return obj
+
+        out, seen = self.run(from_wire(wire_args, make), from_wire(wire_kwargs, make), observe)
+        call.update(output=to_wire(out), after=refs.states(), seen=seen)
+        _Recording.calls.setdefault(_Recording.current, []).append(call)
+        return out, seen
+
+    def run(self, args, kwargs, observe):
+        if not observe:
+            return self.fn(*args, **kwargs), None
+        with make_observer() as seen:
+            out = self.fn(*args, **kwargs)
+        return out, seen.seen()
+
+
+class _Refs:
+    """The objects of one call that are not data, by number (as remote.Refs)."""
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, obj, kind):
+        for n, (o, _) in enumerate(self.items):
+            if o is obj:
+                return n
+        self.items.append((obj, kind))
+        return len(self.items) - 1
+
+    def states(self):
+        return {n: model_state(o) for n, (o, kind) in enumerate(self.items) if kind == "model"}
+
+
+def pytest_configure(config):
+    if not os.environ.get(RECORD):
+        return
+    import importlib
+
+    spec = _Recording.spec = json.loads(Path(os.environ[RECORD]).read_text(encoding="utf-8"))
+    for tid, functions in spec["tasks"].items():
+        for name in functions:
+            path, _, qualname = name.partition(":")
+            owner = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+            for part in qualname.split(".")[:-1]:
+                owner = getattr(owner, part)
+            last = qualname.split(".")[-1]
+            setattr(owner, last, Recorder(tid, name, getattr(owner, last)))
+
+
+def pytest_runtest_setup(item):
+    _Recording.current = item.name
+
+
+def pytest_runtest_logreport(report):
+    if _Recording.spec is not None and (report.when == "call" or not report.passed):
+        name = report.nodeid.rpartition("::")[2]
+        _Recording.outcomes[name] = (
+            _Recording.outcomes.get(name, True) and report.passed and not report.skipped
+        )
+
+
+def pytest_sessionfinish(session):
+    if _Recording.spec is None:
+        return
+    out = Path(_Recording.spec["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    for tid in _Recording.spec["tasks"]:
+        checks = {
+            n: _Recording.calls.get(n, [])
+            for n, ok in _Recording.outcomes.items()
+            if task_of(n) == tid
+        }
+        failed = [n for n, ok in _Recording.outcomes.items() if task_of(n) == tid and not ok]
+        write(out / f"{tid}.pt.xz", {"task": tid, "checks": checks, "failed": failed})
+
+
+def write(path, obj):
+    """torch.save's bytes, xz-compressed (token rows compress 20x)."""
+    import lzma
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    Path(path).write_bytes(lzma.compress(buf.getvalue()))
+
+
+def read(path):
+    """What write() wrote, read with torch.load(weights_only=True): data only."""
+    import lzma
+
+    import torch
+
+    return torch.load(io.BytesIO(lzma.decompress(Path(path).read_bytes())), weights_only=True)
+
+
+# -----------------------------------------------------------------------------
+# replay: the student copy's checks
+
+
+def load(folder):
+    """{check name: stored calls} of every task's file in folder, in the tests' order."""
+    checks = {}
+    for f in sorted(Path(folder).glob("T*.pt.xz")):
+        checks.update(read(f)["checks"])
+    return checks
+
+
+def replay(name, calls):
+    """Make each stored call of one check on the student's function; AssertionError (one line)
+    at the first result that differs from the project's."""
+    import importlib
+    import torch
+    from model import GPT, GPTConfig
+
+    if not calls:
+        raise AssertionError(f"{name}: no stored call (make the student copy again)")
+    for k, call in enumerate(calls):
+        where = f"call {k + 1} of {len(calls)}"
+        path, _, qualname = call["fn"].partition(":")
+        fn = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        for part in qualname.split("."):
+            fn = getattr(fn, part)
+        models, given = {}, {}
+        for n, state in call["models"].items():
+            models[n] = GPT(GPTConfig(**state["config"]))
+            load_model_state(models[n], state)
+
+        def make(kind, n):
+            if kind == "model":
+                return models[n]
+            if kind == "iterator":
+                return iter([from_wire(item) for item in call["items"].get(n, [])])
+            if kind == "callback":
+                return lambda *args: given.setdefault(n, []).append(to_wire(list(args)))
+            return _context(kind, n)
+
+        args, kwargs = from_wire(call["args"], make), from_wire(call["kwargs"], make)
+        enabled, dtype = call["autocast"]
+        observer = make_observer() if call["seen"] is not None else None
+        try:
+            with (
+                torch.set_grad_enabled(call["grad"]),
+                torch.autocast("cpu", dtype=getattr(torch, dtype), enabled=enabled),
+            ):
+                if observer is None:
+                    out = fn(*args, **kwargs)
+                else:
+                    with observer:
+                        out = fn(*args, **kwargs)
+        except NotImplementedError as e:
+            other = str(e).split(":")[0]
+            raise AssertionError(
+                f"{where}: not written yet ({e})"
+                + (
+                    f"; this task's checks run {other}, which waits for you too"
+                    if other != task_of(name)
+                    else ""
+                )
+            )
+        why = differs(to_wire(out), call["output"], "the result")
+        if why:
+            raise AssertionError(f"{where}: {why}, against the project's output at the public seed")
+        for n, m in models.items():
+            why = differs(model_state(m), call["after"][n], "the model afterwards")
+            if why:
+                raise AssertionError(
+                    f"{where}: {why} (the model must be left as the project leaves it)"
+                )
+        for n, rows in call["callbacks"].items():
+            why = differs(given.get(n, []), rows, "what the function passed to its callback")
+            if why:
+                raise AssertionError(f"{where}: {why}")
+        if observer is not None:
+            seen, want = observer.seen(), call["seen"]
+            if seen["sdpa"]:
+                raise AssertionError(
+                    f"{where}: scaled_dot_product_attention ran inside: write the softmax out"
+                )
+            if seen["largest"] > want["largest"]:
+                raise AssertionError(
+                    f"{where}: a tensor of {seen['largest']} values was made; the project's largest "
+                    f"has {want['largest']} (go through the queries `chunk` at a time)"
+                )
+
+
+def _context(kind, payload):
+    import contextlib
+
+    import torch
+
+    if kind == "nullcontext":
+        return contextlib.nullcontext()
+    device, dtype, enabled = payload
+    return torch.autocast(device, dtype=getattr(torch, dtype), enabled=enabled)
+
+
+def differs(got, want, what):
+    """Where got (to_wire's form) differs from want, in words, or None."""
+    import torch
+
+    if isinstance(want, tuple) and len(want) == 3 and want[0] == TAG:
+        if not (isinstance(got, tuple) and len(got) == 3 and got[0] == TAG and got[1] == want[1]):
+            return f"{what} is a {type(got).__name__}, the project's a {want[1]}"
+        return differs(got[2], want[2], what)
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return f"{what} is a {type(got).__name__}, not a tensor"
+        if got.shape != want.shape or got.dtype != want.dtype:
+            return f"{what} is a {got.dtype} tensor of shape {tuple(got.shape)}, the project's {want.dtype} {tuple(want.shape)}"
+        if want.is_floating_point():
+            g, w = got.double(), want.double()
+            bad = ~(torch.isclose(g, w, rtol=RTOL, atol=ATOL) | (torch.isnan(g) & torch.isnan(w)))
+            if bad.any():
+                i = tuple(int(x) for x in bad.nonzero()[0])
+                return f"{what} differs at {list(i)}: {g[i].item():.6g}, the project's {w[i].item():.6g}"
+        elif not torch.equal(got, want):
+            return f"{what} differs: {got.tolist()[:8]}, the project's {want.tolist()[:8]}"
+        return None
+    if isinstance(want, dict):
+        if not isinstance(got, dict) or set(got) != set(want):
+            return (
+                f"{what} has keys {sorted(map(str, got)) if isinstance(got, dict) else type(got).__name__}, "
+                f"the project's {sorted(map(str, want))}"
+            )
+        for key in want:
+            why = differs(got[key], want[key], f"{what}[{key!r}]")
+            if why:
+                return why
+        return None
+    if isinstance(want, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(want):
+            return (
+                f"{what} has {len(got) if isinstance(got, (list, tuple)) else type(got).__name__} items, "
+                f"the project's {len(want)}"
+            )
+        for i, (g, w) in enumerate(zip(got, want)):
+            why = differs(g, w, f"{what}[{i}]")
+            if why:
+                return why
+        return None
+    if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        if (math.isnan(want) and math.isnan(got)) or math.isclose(
+            got, want, rel_tol=RTOL, abs_tol=ATOL
+        ):
+            return None
+        return f"{what} is {got:.6g}, the project's {want:.6g}"
+    return None if got == want else f"{what} is {got!r}, the project's {want!r}"
