@@ -29,7 +29,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,6 +44,8 @@ from tools.kit.source import (
     submitted_function,
     take,
     take_snapshot,
+    task_of,
+    tests_command,
 )
 
 WORKER_LEAVES_OUT = ("tests", "docs", "classroom", ".github", ".ci", "out")  # no test, no reference
@@ -252,23 +253,7 @@ class Grader:
                 "NANONOPE_JUDGE": str(judge / "spec.json"),
                 "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
             }
-            cmd = [
-                sys.executable,
-                "-m",
-                "pytest",
-                "tests/test_paper.py",
-                "-q",
-                "-p",
-                "tools.kit.judge",
-                "-k",
-                " or ".join(f"test_{tid}_" for tid in jobs),
-                "-p",
-                "no:cacheprovider",
-                "-o",
-                "addopts=",
-                "--tb=no",
-                "--no-header",
-            ]
+            cmd = tests_command("tools.kit.judge", jobs) + ["--tb=no", "--no-header"]
             limit = self.timeout * len(jobs) + GRACE_S
             try:
                 proc = subprocess.run(
@@ -295,7 +280,7 @@ class Grader:
             c = got["checks"].get(
                 name, {"ok": False, "why": "not run: the check never reported", "seconds": 0.0}
             )
-            checks.setdefault(name.split("_")[1], []).append(
+            checks.setdefault(task_of(name), []).append(
                 {"name": name, "ok": bool(c["ok"]), "why": c["why"], "seconds": c["seconds"]}
             )
         return checks, ""

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tools.kit import remote, sandbox
+from tools.kit.source import task_of
 
 SPEC = "NANONOPE_JUDGE"
 
@@ -67,11 +68,6 @@ def start_worker(kind, task):
         return lines[-1][:300] if lines else ""
 
     return proc, from_worker, from_judge, tail
-
-
-def task_of(name):
-    """test_T3_random_tables[2] -> T3."""
-    return name.split("_")[1]
 
 
 def pytest_configure(config):

@@ -23,15 +23,12 @@ import math
 import os
 from pathlib import Path
 
-from tools.kit.remote import TAG, from_wire, load_model_state, make_observer, model_state, to_wire
+from tools.kit.remote import (TAG, Refs, from_wire, load_model_state, make_observer, model_state,
+                              to_wire)
+from tools.kit.source import task_of
 
 RECORD = "NANONOPE_RECORD"
 ATOL, RTOL = 2e-4, 1e-4
-
-
-def task_of(name):
-    """test_T3_random_tables[2] -> T3."""
-    return name.split("_")[1]
 
 
 # -----------------------------------------------------------------------------
@@ -87,13 +84,13 @@ class Recorder:
 
         if _Recording.current is None or task_of(_Recording.current) != self.tid:
             return self.run(args, kwargs, observe)
-        refs = _Refs()
+        refs = Refs()
         wire_args, wire_kwargs = to_wire(list(args), refs), to_wire(kwargs, refs)
         call = {
             "fn": self.name,
             "args": wire_args,
             "kwargs": wire_kwargs,
-            "models": refs.states(),
+            "models": refs.models(),
             "grad": torch.is_grad_enabled(),
             "autocast": (
                 torch.is_autocast_enabled("cpu"),
@@ -114,7 +111,7 @@ class Recorder:
             return obj
 
         out, seen = self.run(from_wire(wire_args, make), from_wire(wire_kwargs, make), observe)
-        call.update(output=to_wire(out), after=refs.states(), seen=seen)
+        call.update(output=to_wire(out), after=refs.models(), seen=seen)
         _Recording.calls.setdefault(_Recording.current, []).append(call)
         return out, seen
 
@@ -124,23 +121,6 @@ class Recorder:
         with make_observer() as seen:
             out = self.fn(*args, **kwargs)
         return out, seen.seen()
-
-
-class _Refs:
-    """The objects of one call that are not data, by number (as remote.Refs)."""
-
-    def __init__(self):
-        self.items = []
-
-    def add(self, obj, kind):
-        for n, (o, _) in enumerate(self.items):
-            if o is obj:
-                return n
-        self.items.append((obj, kind))
-        return len(self.items) - 1
-
-    def states(self):
-        return {n: model_state(o) for n, (o, kind) in enumerate(self.items) if kind == "model"}
 
 
 def pytest_configure(config):

@@ -47,6 +47,19 @@ def find_function(tree, qualname):
     return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
 
 
+def tests_command(plugin, ids):
+    """The command line that runs the tests of tasks `ids` (tests/test_paper.py, test_T3_...)
+    under a plugin of the kit's, with no third-party plugin, cache or addopts of the project's."""
+    import sys
+    return [sys.executable, "-m", "pytest", "tests/test_paper.py", "-q", "-p", plugin,
+            "-k", " or ".join(f"test_{t}_" for t in ids), "-p", "no:cacheprovider", "-o", "addopts="]
+
+
+def task_of(check):
+    """A check's task: test_T3_random_tables_against_loops[2] -> T3."""
+    return check.split("_")[1]
+
+
 def split_spec(spec):
     """ "model.py:query_scale" -> ("model.py", "query_scale")."""
     path, _, qualname = spec.partition(":")

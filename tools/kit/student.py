@@ -18,12 +18,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from tools.cli import UserError
-from tools.kit.source import blank, copy_tree, split_spec, take_snapshot
+from tools.kit.source import blank, copy_tree, split_spec, take_snapshot, tests_command
 
 MARK = ".classroom.json"  # written into a student copy: which tasks are blank
 TEACHER_ONLY = (
@@ -58,22 +57,7 @@ def record(snap, ids, tasks, out):
         "OMP_NUM_THREADS": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "tests/test_paper.py",
-        "-q",
-        "-p",
-        "tools.kit.snapshots",
-        "-k",
-        " or ".join(f"test_{t}_" for t in ids),
-        "-p",
-        "no:cacheprovider",
-        "-o",
-        "addopts=",
-        "--tb=line",
-    ]
+    cmd = tests_command("tools.kit.snapshots", ids) + ["--tb=line"]
     done = subprocess.run(
         cmd, cwd=snap, env=env, capture_output=True, text=True, encoding="utf-8", errors="replace"
     )
