@@ -345,8 +345,9 @@ def test_the_wire_takes_data_only():
     r, w = os.pipe()
     try:
         value = {"a": (1, 2.5, None, "x"), 3: [torch.ones(2, dtype=torch.bfloat16)], "n": np.arange(3.0)}
+        reader = remote.Reader(r)
         remote.send(w, ("result", remote.to_wire(value), {}, None))
-        got = remote.from_wire(remote.receive(r)[1])
+        got = remote.from_wire(remote.receive(reader)[1])
         assert got["a"] == (1, 2.5, None, "x") and got[3][0].dtype == torch.bfloat16 and got["n"].tolist() == [0, 1, 2]
 
         class Evil:  # a pickle that would run a command when unpickled
@@ -355,10 +356,12 @@ def test_the_wire_takes_data_only():
         data = pickle.dumps(Evil(), protocol=2)
         os.write(w, len(data).to_bytes(8, "little") + data)
         with pytest.raises(remote.WireError):
-            remote.receive(r)
+            remote.receive(reader)
         os.write(w, (remote.LIMIT + 1).to_bytes(8, "little"))
         with pytest.raises(remote.WireError):
-            remote.receive(r)
+            remote.receive(reader)
+        with pytest.raises(TimeoutError):  # nothing more comes: a deadline holds
+            remote.receive(reader, deadline=time.monotonic() + 0.2)
     finally:
         os.close(r)
         os.close(w)

@@ -44,20 +44,12 @@ class State:
 
 
 def start_worker(kind, task):
-    """The task's worker, in the sandbox, with a pipe each way: (Popen, read fd, write fd, tail)."""
-    to_worker, from_judge = os.pipe()
-    from_worker, to_judge = os.pipe()
+    """The task's worker, in the sandbox, its stdin and stdout the pipes of the messages:
+    (Popen, read fd, write fd, tail)."""
     log = open(task["log"], "wb")
-    argv = [sys.executable, "-m", "tools.kit.remote", str(to_worker), str(to_judge)]
-    proc = subprocess.Popen(
-        **sandbox.command(kind, task["copy"], argv),
-        pass_fds=(to_worker, to_judge),
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=log,
-    )
-    os.close(to_worker)
-    os.close(to_judge)
+    argv = [sys.executable, "-m", "tools.kit.remote"]
+    proc = subprocess.Popen(**sandbox.command(kind, task["copy"], argv), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=log)
     log.close()
 
     def tail():
@@ -67,7 +59,7 @@ def start_worker(kind, task):
             lines = f.read().decode("utf-8", errors="replace").strip().splitlines()
         return lines[-1][:300] if lines else ""
 
-    return proc, from_worker, from_judge, tail
+    return proc, proc.stdout.fileno(), proc.stdin.fileno(), tail
 
 
 def pytest_configure(config):

@@ -24,16 +24,16 @@ whether an SDPA kernel ran) in the process that runs fn. Such checks of how a fu
 computes run beside the student's code, so a student could fool them (classroom/README.md
 says so); results are compared in the judge.
 
-    python -m tools.kit.remote READ_FD WRITE_FD      the worker (started by the judge)
+    python -m tools.kit.remote      the worker (started by the judge; its messages on stdin/stdout)
 """
 
 import contextlib
 import importlib
 import io
 import os
-import select
+import queue
 import struct
-import sys
+import threading
 import time
 
 LIMIT = 64 << 20  # bytes a message may hold
@@ -65,32 +65,54 @@ def send(fd, obj):
         view = view[os.write(fd, view) :]
 
 
-def _read(fd, n, deadline):
-    out = bytearray()
-    while len(out) < n:
-        wait = None if deadline is None else deadline - time.monotonic()
-        if wait is not None and wait <= 0:
-            raise TimeoutError
-        ready, _, _ = select.select([fd], [], [], wait)
-        if not ready:
-            raise TimeoutError
-        chunk = os.read(fd, min(n - len(out), 1 << 20))
-        if not chunk:
-            raise EOFError
-        out += chunk
-    return bytes(out)
+class Reader:
+    """The reading end of a pipe. A thread moves what arrives into a queue, so a read can wait
+    with a deadline on every OS (select() does not take pipes on Windows)."""
+
+    def __init__(self, fd):
+        self.fd, self.chunks, self.buffer = fd, queue.Queue(), bytearray()
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self):
+        while True:
+            try:
+                chunk = os.read(self.fd, 1 << 20)
+            except OSError:
+                chunk = b""
+            self.chunks.put(chunk)
+            if not chunk:
+                return
+
+    def read(self, n, deadline=None):
+        """n bytes; EOFError when the pipe closed first, TimeoutError past deadline."""
+        while len(self.buffer) < n:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                raise TimeoutError
+            try:
+                chunk = self.chunks.get(timeout=wait)
+            except queue.Empty:
+                raise TimeoutError from None
+            if not chunk:
+                self.chunks.put(chunk)  # and at every later read
+                raise EOFError
+            self.buffer += chunk
+        out = bytes(self.buffer[:n])
+        del self.buffer[:n]
+        return out
 
 
-def receive(fd, deadline=None):
-    """The next message; EOFError when the other side is gone, TimeoutError past deadline
-    (time.monotonic()), WireError when it is not a message."""
+def receive(reader, deadline=None):
+    """The next message from a Reader; EOFError when the other side is gone, TimeoutError past
+    deadline (time.monotonic()), WireError when it is not a message."""
     import torch
 
-    (n,) = struct.unpack("<Q", _read(fd, 8, deadline))
+    (n,) = struct.unpack("<Q", reader.read(8, deadline))
     if n > LIMIT:
         raise WireError(f"a message of {n >> 20} MB announced, over the limit of {LIMIT >> 20} MB")
     try:
-        return torch.load(io.BytesIO(_read(fd, n, deadline)), weights_only=True)
+        return torch.load(io.BytesIO(reader.read(n, deadline)), weights_only=True)
     except (EOFError, TimeoutError):
         raise
     except Exception as e:  # noqa: BLE001  (any bytes may arrive: refuse them, never run them)
@@ -325,16 +347,17 @@ class Link:
         self.calls = 0
 
     def _open(self):
-        self.proc, self.rfd, self.wfd, self.log_tail = self.start()
+        self.proc, rfd, self.wfd, self.log_tail = self.start()
+        self.reader = Reader(rfd)
 
     def stop(self, reason=None):
         if self.proc is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.wfd)
             self.proc.kill()
             self.proc.wait()
-            with contextlib.suppress(OSError):
-                os.close(self.rfd)
+            self.reader.thread.join(timeout=5)  # the pipe closed with the worker: its reader ends
+            for f in (self.proc.stdin, self.proc.stdout):
+                with contextlib.suppress(OSError):
+                    f.close()
             self.proc = None
         if reason and not self.dead:
             self.dead = reason
@@ -394,7 +417,7 @@ class Link:
         ("result", value, observed) or ("error", what the student's code raised)."""
         send(self.wfd, ("call", request))
         while True:
-            kind, *body = receive(self.rfd, self.deadline)
+            kind, *body = receive(self.reader, self.deadline)
             if kind == "result":
                 value, states, seen = body
                 refs.take_back(states)
@@ -451,7 +474,7 @@ class JudgeRaised(Exception):
 
 class Worker:
     def __init__(self, rfd, wfd):
-        self.rfd, self.wfd = rfd, wfd
+        self.reader, self.wfd = Reader(rfd), wfd
         self.models = {}
 
     def states(self):
@@ -462,7 +485,7 @@ class Worker:
         iterator (nothing of the models: an iterator of the test's does not read them)."""
         mirror = kind == "callback"
         send(self.wfd, (kind, number, to_wire(payload), self.states() if mirror else None))
-        answer, value, states = receive(self.rfd)
+        answer, value, states = receive(self.reader)
         if mirror:
             for n, m in self.models.items():
                 load_model_state(m, states[n])
@@ -518,7 +541,7 @@ class Worker:
     def serve(self):
         while True:
             try:
-                kind, request = receive(self.rfd)
+                kind, request = receive(self.reader)
             except EOFError:
                 return
             try:
@@ -531,7 +554,11 @@ class Worker:
 
 
 def main():
-    rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
+    """The worker: messages on stdin and stdout, taken aside at once, so what the student's code
+    prints (fd 1) goes to the log (fd 2) and what it reads from stdin is empty."""
+    rfd, wfd = os.dup(0), os.dup(1)
+    os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+    os.dup2(2, 1)
     import torch
 
     torch.set_num_threads(1)
