@@ -372,13 +372,20 @@ def test_the_wire_takes_data_only():
     assert pickle.loads(data) == 0  # without the defence: unpickling ran the command
 
 
-def test_the_workers_environment_holds_no_secret(monkeypatch):
+def test_the_workers_environment_holds_no_secret(monkeypatch, tmp_path):
+    """A child started as the worker is (sandbox.command, here with no sandbox) sees none of the
+    teacher's variables; started as the old grader started it ({**os.environ, ...}), it did."""
     for name in ("NANONOPE_SECRET", "NANONOPE_REFERENCE", "PWD", "NANONOPE_SEED"):
         monkeypatch.setenv(name, str(ROOT))
-    env = sandbox.environment()
-    assert not {"NANONOPE_SECRET", "NANONOPE_REFERENCE", "PWD", "NANONOPE_SEED"} & set(env)
-    assert str(ROOT) not in json.dumps(env)
-    assert "NANONOPE_SECRET" in {**os.environ}  # without the defence: the child would get it
+    show = [sys.executable, "-S", "-c", "import json, os; print(json.dumps(dict(os.environ)))"]
+    (tmp_path / "task").mkdir()
+    seen = json.loads(subprocess.run(**sandbox.command("none", tmp_path / "task", show), capture_output=True,
+                                     text=True, timeout=60).stdout)
+    assert not {"NANONOPE_SECRET", "NANONOPE_REFERENCE", "NANONOPE_SEED"} & set(seen)
+    assert str(ROOT) not in json.dumps(seen)
+    old = json.loads(subprocess.run(show, env={**os.environ, "NANONOPE_SEED": "7"}, capture_output=True,
+                                    text=True, timeout=60).stdout)
+    assert old["NANONOPE_SECRET"] == str(ROOT)  # without the defence: the secret reached the child
 
 
 METHODS = [m for m in ("bwrap", "unshare") if sandbox.unavailable(m) is None]

@@ -65,9 +65,8 @@ def start_worker(kind, task):
 def pytest_configure(config):
     spec = State.spec = json.loads(Path(os.environ[SPEC]).read_text(encoding="utf-8"))
     for tid, task in spec["tasks"].items():
-        link = State.links[tid] = remote.Link(
-            lambda task=task: start_worker(spec["sandbox"], task), None, task["limit_s"]
-        )
+        start = lambda task=task: start_worker(spec["sandbox"], task)  # noqa: E731
+        link = State.links[tid] = remote.Link(start, task["limit_s"])
         for name in task["functions"]:
             path, _, qualname = name.partition(":")
             owner = importlib.import_module(path.removesuffix(".py").replace("/", "."))

@@ -160,7 +160,7 @@ def try_zip(zip_path, submission, memory_mb=768, cpus=0.5):
         def join():
             for g in (group[0] if group else None, cpu):
                 if g is not None:
-                    (g / "cgroup.procs").write_text(str(os.getpid()))
+                    (g / "cgroup.procs").write_text(str(os.getpid()), encoding="ascii")
 
         proc = subprocess.Popen(
             ["bash", str(Path(root) / "source" / "run_autograder")],
@@ -203,13 +203,13 @@ def memory_group(limit):
         if v1.is_dir():
             path = v1 / name
             path.mkdir()
-            (path / "memory.limit_in_bytes").write_text(str(limit))
+            (path / "memory.limit_in_bytes").write_text(str(limit), encoding="ascii")
             return path, 1
         v2 = Path("/sys/fs/cgroup")
-        if "memory" in (v2 / "cgroup.controllers").read_text():
+        if "memory" in (v2 / "cgroup.controllers").read_text(encoding="ascii"):
             path = v2 / name
             path.mkdir()
-            (path / "memory.max").write_text(str(limit))
+            (path / "memory.max").write_text(str(limit), encoding="ascii")
             return path, 2
     except OSError:
         return None
@@ -221,8 +221,8 @@ def cpu_group(cpus):
     path = Path("/sys/fs/cgroup/cpu") / f"nanonope_try_{os.getpid()}"
     try:
         path.mkdir()
-        (path / "cpu.cfs_period_us").write_text("100000")
-        (path / "cpu.cfs_quota_us").write_text(str(int(cpus * 100000)))
+        (path / "cpu.cfs_period_us").write_text("100000", encoding="ascii")
+        (path / "cpu.cfs_quota_us").write_text(str(int(cpus * 100000)), encoding="ascii")
         return path
     except OSError:
         return None
@@ -232,7 +232,7 @@ def group_anon(group):
     path, version = group
     key = "total_rss" if version == 1 else "anon"
     try:
-        for line in (path / "memory.stat").read_text().splitlines():
+        for line in (path / "memory.stat").read_text(encoding="ascii").splitlines():
             name, _, value = line.partition(" ")
             if name == key:
                 return int(value)
@@ -245,7 +245,7 @@ def group_peak(group):
     path, version = group
     f = path / ("memory.max_usage_in_bytes" if version == 1 else "memory.peak")
     try:
-        return int(f.read_text())
+        return int(f.read_text(encoding="ascii"))
     except (OSError, ValueError):
         return 0
 
@@ -263,7 +263,7 @@ def tree_memory(pid, sandbox):
     total = 0
     for p in tree:
         try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            for line in Path(f"/proc/{p}/status").read_text(encoding="utf-8", errors="replace").splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1]) * 1024
         except OSError:

@@ -339,9 +339,9 @@ class Link:
     that leaves it in doubt (a crash, a timeout, a broken message); later calls then fail at
     once with "not run: ..."."""
 
-    def __init__(self, start, deadline, limit_s):
+    def __init__(self, start, limit_s):
         self.start = start  # () -> (Popen, read fd, write fd, a function giving its log's end)
-        self.deadline = deadline  # time.monotonic() past which no call may run
+        self.deadline = None  # time.monotonic() past which no call runs: limit_s after the first
         self.limit_s = limit_s
         self.proc = self.dead = None
         self.calls = 0

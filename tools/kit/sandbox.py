@@ -234,7 +234,7 @@ def command(method, copy, argv):
     }
 
 
-PROBE = "import sys; sys.exit(0 if open(sys.argv[1]).read() == 'ok' else 1)"
+PROBE = "import sys; sys.exit(0 if open(sys.argv[1], encoding='utf-8').read() == 'ok' else 1)"
 
 
 @functools.lru_cache(maxsize=None)
@@ -370,6 +370,6 @@ def kill_descendants(uid=None):
 
 def _zombie(pid):
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace").rsplit(")", 1)[1].split()[0] == "Z"
     except (OSError, IndexError):
         return True
