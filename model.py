@@ -272,9 +272,9 @@ class GPT(nn.Module):
         return torch.stack([b.attn.head_scale.detach() for b in self.transformer.h]).cpu()
 
     def set_head_scales(self, lam):
-        """lam: a number (UniformScale), a (n_layer, 1) table (one per layer), or a
-        (n_layer, n_head) table (HeadScale). A flat list is refused: with as many layers as
-        heads it could mean either."""
+        """lam: a number (UniformScale), a (1, 1) table, a (n_layer, 1) table (one per layer),
+        or a (n_layer, n_head) table (HeadScale). A flat list is refused: with as many layers
+        as heads it could mean either."""
         self._set_per_head("head_scale", lam, "head scales")
 
     def get_head_slopes(self):
@@ -294,8 +294,9 @@ class GPT(nn.Module):
             raise ValueError(f"a flat list of {value.numel()} {what} is ambiguous: give one "
                              f"number, a ({n_layer}, 1) table (per layer) or a ({n_layer}, "
                              f"{n_head}) table")
-        if value.dim() == 0 or value.shape == (n_layer, 1):
-            value = value.expand(n_layer, n_head)
+        if value.dim() == 0 or (value.dim() == 2 and value.size(0) in (1, n_layer)
+                                and value.size(1) in (1, n_head)):
+            value = value.expand(n_layer, n_head)  # a view: a table that requires grad stays one
         if value.shape != (n_layer, n_head):
             raise ValueError(f"{what} of shape {tuple(value.shape)} do not fit {n_layer} layers x "
                              f"{n_head} heads")

@@ -55,7 +55,7 @@ from data import Dataset
 from evaluate import binned, default_tail, length_list, length_name, measure
 from model import load_checkpoint, save_checkpoint
 from train import cosine_lr
-from tools.cli import (Progress, UserError, autocast, grad_scaler, parse_config, pick_device, pick_dtype, read_json,
+from tools.cli import (Progress, UserError, autocast, parse_config, pick_device, pick_dtype, read_json,
                        run_main, write_csv, write_json)
 
 
@@ -102,7 +102,7 @@ class SearchConfig:
     batch_size: int = 8                 # evaluation batch size
     seed: int = 4321                    # windows and fit batches
     device: str = "auto"                # auto | cpu | cuda | mps
-    dtype: str = "auto"                 # auto | float32 | bfloat16 | float16 (the fits get a gradient scaler)
+    dtype: str = "auto"                 # auto | float32 | bfloat16 | float16 (its fits run in float32)
     log_interval: int = 20              # fit progress line every this many steps
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
@@ -292,8 +292,7 @@ def rope_factor_grid(model, windows_at, cfg, L, ctx):
 # HeadScale: gradient fit of the scales alone (or of their slopes a, --fit=slope)
 
 def fit_head_scales(model, batches, init, steps=200, lr=0.05, betas=(0.9, 0.95), warmup=20,
-                    final_lr=0.005, min_scale=1.0, put=None, ctx=contextlib.nullcontext(),
-                    scaler=None, on_step=None):
+                    final_lr=0.005, min_scale=1.0):
     """Piece T5: HeadScale, the paper's fit of one lambda per (layer, head) on the LM loss at
     the target length, every other weight frozen.
 
@@ -303,19 +302,15 @@ def fit_head_scales(model, batches, init, steps=200, lr=0.05, betas=(0.9, 0.95),
     then falls on a cosine from lr to final_lr at the last step (train.cosine_lr); after every
     step lam = max(lam, min_scale), the paper's focus constraint (min_scale = 1). The paper
     starts at the best uniform lambda: pass it as init.
-    init: the starting lam, (n_layer, n_head) (one per head), (n_layer, 1) (per layer) or (1, 1).
-    batches: an iterator of (x, y) token rows (the sampler is the caller's). put(model, lam):
-    how lam enters the model (default: set_head_scales, lam expanded to every head).
-    ctx, scaler: the caller's precision (autocast; float16's gradient scaler); float32 without.
-    on_step(row): called after every step with its log row (progress, checks).
-    The model is left as it was found: scales, slopes, requires_grad flags and train/eval mode.
+    init: the starting lam, (n_layer, n_head) (one per head), (n_layer, 1) (per layer) or (1, 1);
+    model.set_head_scales takes each shape as a view, so the gradient reaches lam.
+    batches: an iterator of (x, y) token rows (the sampler is the caller's, as are precision,
+    progress and what lam stands for: fit_at below hands in a Fitting view of the model).
+    The model is left as it was found, after an error too: scales, requires_grad flags and
+    train/eval mode.
     Returns (lam fitted, detached, init's shape; the log: one dict a step with step, loss,
-    lam_mean, lam_min and lam_max after the clamp, lr, and with a scaler whether the step was
-    skipped)."""
-    n_layer, n_head = model.config.n_layer, model.config.n_head
-    put = put or (lambda m, t: m.set_head_scales(t.expand(n_layer, n_head)))
-    saved = model.get_head_scales(), model.get_head_slopes(), model.training
-    grads = [p.requires_grad for p in model.parameters()]
+    lam_mean, lam_min and lam_max after the clamp, and lr)."""
+    saved = model.get_head_scales(), model.training, [p.requires_grad for p in model.parameters()]
     lam = init.detach().clone().float().requires_grad_(True)  # fp32 whatever the model's dtype
     opt = torch.optim.AdamW([lam], lr=lr, betas=betas, weight_decay=0.0)
     model.requires_grad_(False)  # frozen: no weight gets a gradient, only lam on the way back
@@ -325,34 +320,60 @@ def fit_head_scales(model, batches, init, steps=200, lr=0.05, betas=(0.9, 0.95),
         for step, (x, y) in zip(range(steps), batches):
             rate = cosine_lr(step, warmup, steps, lr, final_lr)
             opt.param_groups[0]["lr"] = rate
-            put(model, lam)  # lam_h q.k / sqrt(d): a view of lam in every layer, so grads reach it
-            with ctx:
-                _, loss = model(x, y)
+            model.set_head_scales(lam)  # lam_h q.k / sqrt(d): a view of lam in every layer
+            _, loss = model(x, y)
             opt.zero_grad(set_to_none=True)
-            row = {}
-            if scaler is None:
-                loss.backward()
-                opt.step()
-            else:  # float16: the loss scaled up before backward, the gradient back before the step
-                scale = scaler.get_scale()
-                scaler.scale(loss).backward()
-                scaler.step(opt)  # skipped when the gradient overflowed: the scale then drops
-                scaler.update()
-                row["skipped"] = scaler.get_scale() < scale
+            loss.backward()
+            opt.step()
             with torch.no_grad():
                 lam.clamp_(min=min_scale)  # the focus constraint, after every step
-            log.append({"step": step + 1, "loss": round(loss.item(), 5), "lam_mean": round(lam.mean().item(), 4),
-                        "lam_min": round(lam.min().item(), 4), "lam_max": round(lam.max().item(), 4), "lr": rate,
-                        **row})
-            if on_step is not None:
-                on_step(log[-1])
+            log.append({"step": step + 1, "loss": round(loss.item(), 5),
+                        "lam_mean": round(lam.mean().item(), 4), "lam_min": round(lam.min().item(), 4),
+                        "lam_max": round(lam.max().item(), 4), "lr": rate})
     finally:  # the model as it was
         model.set_head_scales(saved[0])
-        model.set_head_slopes(saved[1])
-        model.train(saved[2])
-        for p, g in zip(model.parameters(), grads):
+        model.train(saved[1])
+        for p, g in zip(model.parameters(), saved[2]):
             p.requires_grad_(g)
     return lam.detach(), log
+
+
+class Fitting(torch.nn.Module):
+    """The model as fit_head_scales sees it when this script fits (fit_at). What it calls the
+    head scales is what --fit and --granularity fit: lambda, or the slopes a (--fit=slope), on
+    a hybrid's NoPE layers alone (its RoPE layers keep lambda = 1, a = 0); the forward runs
+    under the script's precision, and each step's loss is checked (a loss gone non-finite stops
+    the fit) and shown on one progress line."""
+
+    def __init__(self, model, slopes, ctx, progress, log_interval):
+        super().__init__()
+        self.model, self.config, self.slopes, self.ctx = model, model.config, slopes, ctx
+        self.progress, self.log_interval, self.step, self.lam = progress, log_interval, 0, None
+        self.train(model.training)  # the view's mode is the model's
+
+    def get_head_scales(self):
+        return self.model.get_head_slopes() if self.slopes else self.model.get_head_scales()
+
+    def set_head_scales(self, lam):
+        """The fit's lam (it requires grad: a view of it goes in) or a whole table to restore."""
+        if lam.requires_grad:
+            layers, n_head = len(scaled_layers(self.model)), self.config.n_head
+            self.lam = lam
+            lam = on_layers(self.model, lam.expand(layers, n_head), 0.0 if self.slopes else 1.0)
+        (self.model.set_head_slopes if self.slopes else self.model.set_head_scales)(lam)
+
+    def forward(self, x, y):
+        with self.ctx:
+            logits, loss = self.model(x, y)
+        self.step += 1
+        if not math.isfinite(loss.item()):
+            raise UserError(f"the fit diverged (loss {loss.item()}) at step {self.step - 1}; lower --lr")
+        if self.step % self.log_interval == 0 or self.step == self.progress.total:
+            sym, lam = "a" if self.slopes else "lam", self.lam.detach()
+            stats = {f"{sym}_{k}": f"{f(lam).item():.3f}" for k, f in
+                     (("mean", torch.mean), ("min", torch.min), ("max", torch.max))}
+            print(self.progress.line(self.step, loss=round(loss.item(), 5), **stats), flush=True)
+        return logits, loss
 
 
 def fit_batches(ds, cfg, n, device):
@@ -367,40 +388,26 @@ def fit_batches(ds, cfg, n, device):
 
 def fit_at(model, ds, cfg, n, init, ctx, device, dtype):
     """fit_head_scales at length n, as this script runs it: per head, per layer or one lambda
-    (--granularity), a hybrid's NoPE layers alone, the slopes instead with --fit=slope, float16's
-    scaler, a progress line and the divergence check. Returns (the model's (n_layer, n_head)
-    table, the log)."""
+    (--granularity), a hybrid's NoPE layers alone, the slopes instead with --fit=slope, a
+    progress line and the divergence check (all in the Fitting view). Returns (the model's
+    (n_layer, n_head) table, the log)."""
     slopes = cfg.fit == "slope"
     layers, n_head = len(scaled_layers(model)), model.config.n_head
     shape = {"head": (layers, n_head), "layer": (layers, 1), "uniform": (1, 1)}[cfg.granularity]
     fill = 0.0 if slopes else 1.0  # what a hybrid's RoPE layers keep: a = 0, lambda = 1
-
-    def put(m, lam):
-        table = on_layers(m, lam.expand(layers, n_head), fill)
-        m.set_head_slopes(table) if slopes else m.set_head_scales(table)
-
     # the clamp after every step: lam >= min_scale (the paper: 1). --min_scale=0 is the paper's
     # no-clamp ablation, which still keeps lam >= 1e-3 (a logit's sign never flips); slopes a >= 0
     floor = 0.0 if slopes else cfg.min_scale if cfg.min_scale > 0 else 1e-3
-    progress, sym = Progress(cfg.steps, cfg.fit_batch_size * n), "a" if slopes else "lam"
-
-    def on_step(row):
-        if not math.isfinite(row["loss"]):
-            raise UserError(f"the fit diverged (loss {row['loss']}) at step {row['step'] - 1}; lower --lr")
-        if row["step"] % cfg.log_interval == 0 or row["step"] == cfg.steps:
-            stats = {f"{sym}_{k}": f"{row[f'lam_{k}']:.3f}" for k in ("mean", "min", "max")}
-            print(progress.line(row["step"], loss=row["loss"], **stats), flush=True)
-
+    # float16 cards fit in float32: lambda's gradient through float16 activations overflowed
+    # (a gradient scaler then skipped steps), and a fit of a few hundred steps is cheap
+    fit_ctx = contextlib.nullcontext() if dtype == "float16" else ctx
+    progress = Progress(cfg.steps, cfg.fit_batch_size * n)
+    view = Fitting(model, slopes, fit_ctx, progress, cfg.log_interval)
     lam, log = fit_head_scales(
-        model, fit_batches(ds, cfg, n, device), torch.full(shape, float(init), device=device),
-        steps=cfg.steps, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), warmup=max(1, int(cfg.warmup_frac * cfg.steps)),
-        final_lr=cfg.final_lr_frac * cfg.lr, min_scale=floor, put=put, ctx=ctx,
-        scaler=grad_scaler(dtype) if dtype == "float16" else None, on_step=on_step)
-    skipped = sum(row.get("skipped", False) for row in log)
-    if skipped:  # float16's range: a skipped step leaves lambda as it was
-        print(f"{'warning' if skipped == len(log) else 'note'}: {skipped} of {len(log)} steps skipped (float16 "
-              f"overflow{': lambda never moved from its start' if skipped == len(log) else ''}); "
-              "--dtype=bfloat16 or float32 avoids it", flush=True)
+        view, fit_batches(ds, cfg, n, device), torch.full(shape, float(init), device=device),
+        steps=cfg.steps, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
+        warmup=max(1, int(cfg.warmup_frac * cfg.steps)), final_lr=cfg.final_lr_frac * cfg.lr,
+        min_scale=floor)
     if slopes:  # the log in the slopes' own names
         log = [{k.replace("lam_", "a_"): v for k, v in row.items()} for row in log]
     return on_layers(model, lam.expand(layers, n_head), fill).clone(), log

@@ -19,6 +19,53 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n auto: one worker a core, 
     torch.set_num_threads(1)  # (two workers of two threads each on 2 cores ran some tests 4x slower)
 
 
+# -----------------------------------------------------------------------------
+# The suite writes nowhere but its own temp folders: every subprocess gets a TMPDIR under
+# pytest's basetemp; canaries planted in the system temp folder, and `git status --ignored`
+# of the checkout (caches aside), are the same at the end, or the run fails (pytest -n auto:
+# checked once, in the process that starts the workers)
+
+CACHES = ("__pycache__", ".pytest_cache", ".pyc")
+CANARY = '{"study": "a user\'s results, which no test may touch"}\n'
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    import tempfile
+    own = config._tmp_path_factory.getbasetemp() / "tmp"
+    own.mkdir(exist_ok=True)
+    if not hasattr(config, "workerinput"):
+        system = Path(tempfile.gettempdir())
+        config.canaries = system / f"nanonope_canary_{os.getpid()}"
+        for rel in ("results.json", "study/eval/results.json", "conftest.py"):
+            (config.canaries / rel).parent.mkdir(parents=True, exist_ok=True)
+            (config.canaries / rel).write_text(CANARY, encoding="utf-8")
+        config.git_before = git_status()
+    os.environ["TMPDIR"] = str(own)
+    tempfile.tempdir = None  # computed again from TMPDIR
+
+
+def git_status():
+    done = subprocess.run(["git", "--no-optional-locks", "-C", str(ROOT), "status", "--porcelain", "--ignored"],
+                          capture_output=True, text=True)
+    return sorted(line for line in done.stdout.splitlines() if not any(c in line for c in CACHES))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    config = session.config
+    if hasattr(config, "workerinput") or not hasattr(config, "canaries"):
+        return
+    import shutil
+    touched = [str(f) for f in sorted(config.canaries.rglob("*")) if f.is_file()
+               and f.read_text(encoding="utf-8") != CANARY]
+    shutil.rmtree(config.canaries, ignore_errors=True)
+    changed = sorted(set(git_status()) ^ set(config.git_before))
+    if touched or changed:
+        print(f"\nthe suite wrote outside its temp folders: canaries changed {touched}, "
+              f"git status --ignored changed {changed}")
+        session.exitstatus = 1
+
+
 # The longest tests (about 100 s, 60 s and 30 s on 2 cores), started first: with `pytest -n auto` each
 # then runs on a worker of its own while the rest share out, instead of ending the suite alone.
 LONGEST = ("test_reproduce_runs_every_stage_then_skips_them", "test_the_classroom_workflow_gives_the_points_grade_gives",

@@ -1,15 +1,23 @@
-"""The classroom kit (tools/classroom.py, tools/kit/) as a teacher and as a student would try it.
+"""The classroom kit (tools/classroom.py, tools/kit/) as a teacher, a student and a hostile
+student would try it.
 
-Each defence is tested where it is decided, in this process or with a tiny child without
-PyTorch: extraction by ast, the def line, the wire (data only), the worker's environment, the
-sandbox, killing what a task started, the checkout and snapshot left as they were, the verdict
-(a skip or a missing check fails). The attacks of the grader issue (41) are each rebuilt and
-shown to work without the defence. Four end-to-end gradings: the project (full), a blank student
-copy (0), one submission carrying an attack per task (0, nothing outside touched), one with
-honest odd formatting (full) and wrong answers (0). Every known wrong version is shown to fail a
-check of its task, in process (WRONG below)."""
+Each defence is tested where it is decided, in this process or with a tiny child: extraction by
+ast and the upload read as data, the wire and its budget, what people read (report.plain), the
+worker's environment, the sandbox seen from inside (privilege, /proc/sys, bounds), killing what
+a task started, the checkout and snapshot left as they were, the verdict. Every wrong answer in
+WRONG and every independent implementation in tests/independent/ (three a task, written from the
+handouts alone) runs through its task's checks in process, with the grader's check that inputs
+are left alone. End to end, with the bounds set small: the project (full), a blank copy (0), an
+attack on every task, a submission probing every bound, honest odd formatting and wrong answers,
+the Gradescope zip, the workflow and a class.
+
+No test here runs an attack outside a sandbox: the payloads aim at canaries inside the test's
+own temp folder, the gradings that run them skip (with the reason) where no sandbox works, and
+under CI (the environment variable CI) a missing sandbox fails instead. "Without the defence"
+checks show only what the kit's own defence stops, never by writing a kernel setting."""
 
 import ast
+import copy
 import importlib.util
 import json
 import os
@@ -25,16 +33,26 @@ import pytest
 
 from tools import classroom
 from tools.classroom import ClassroomConfig, copy_project, grade, read_tasks
-from tools.kit import remote, sandbox
-from tools.kit.grade import Grader, find_submission, gradescope, score_checks, seed_of, student_output
-from tools.kit.source import Refused, blank, find_function, fingerprint, normalised, segment, take, take_snapshot
+from tools.kit import copyflag, remote, report, sandbox, wire
+from tools.kit.grade import Grader, score_checks, seed_of
+from tools.kit.source import Refused, blank, find_function, fingerprint, segment, take, take_snapshot
+from tools.kit.upload import UploadError, find_submission, read_upload
 
 ROOT = Path(__file__).resolve().parents[1]
+INDEPENDENT = ROOT / "tests" / "independent"
+CI = bool(os.environ.get("CI"))
 
 # Each: (task, the mistake, file, [(the project's text, the wrong text), ...]). Every one must
 # fail a check of its task. The texts must sit inside the task's functions (checked below).
 WRONG = [
     ("T1", "ln(i / L) without max(i, L)", "model.py", [("torch.log(i.clamp(min=L) / L)", "torch.log(i / L)")]),
+    ("T1", "the slopes changed in place (the model's buffers drift)", "model.py",
+     [("    return lam * (1 + slope.view(1, -1, 1, 1) * torch.log(i.clamp(min=L) / L))",
+       "    out = lam * (1 + slope.view(1, -1, 1, 1) * torch.log(i.clamp(min=L) / L))\n"
+       "    slope.mul_(1.001)\n    return out")]),
+    ("T1", "lambda returned in float64", "model.py",
+     [("    return lam * (1 + slope.view(1, -1, 1, 1) * torch.log(i.clamp(min=L) / L))",
+       "    return lam.double() * (1 + slope.view(1, -1, 1, 1).double() * torch.log(i.clamp(min=L) / L).double())")]),
     ("T2", "lambda applied to q and k alike (lambda^2)", "model.py",
      [("att = att * lam_i / math.sqrt(hs)", "att = att * lam_i * lam_i / math.sqrt(hs)")]),
     ("T2", "lambda after the softmax", "model.py",
@@ -53,21 +71,46 @@ WRONG = [
      [("for s in range(0, T, chunk):", "for s in range(0, T, T):"), ("e = min(s + chunk, T)", "e = T")]),
     ("T2", "y returned in float32", "model.py", [("y = torch.empty_like(q)", "y = torch.empty_like(q, dtype=torch.float32)"),
                                                 ("att.to(v.dtype) @ v[:, :, lo:e]", "att @ v[:, :, lo:e].float()")]),
+    ("T2", "a sink without a window refused (TypeError)", "model.py",
+     [("    B, nh, T, hs = q.shape\n", "    B, nh, T, hs = q.shape\n    if sink and window is None:\n"
+       "        raise TypeError('a sink needs a window')\n")]),
+    ("T3", "lists returned where the project returns numpy arrays", "search_scales.py",
+     [('"positions": centers, "best_lam_per_position": lams[per_bin.argmin(0)]}',
+       '"positions": centers.tolist(), "best_lam_per_position": lams[per_bin.argmin(0)].tolist()}')]),
+    ("T3", "the best lambda per bin wrong for bins of width 1", "search_scales.py",
+     [("centers, per_bin = binned(loss, width)", "centers, per_bin = binned(loss, max(2, width)) if width > 1 else "
+       "(np.arange(1.0, loss.shape[1] + 1), loss[::-1])")]),
     ("T4", "the law fitted with an intercept", "search_scales.py",
      [("a = float((x * y).sum() / (x ** 2).sum())", "a = float(np.polyfit(x, y, 1)[0])")]),
     ("T4", "i > L kept instead of i >= L", "search_scales.py", [("keep = x >= 0", "keep = x > 0")]),
     ("T4", "a value with a single position >= L", "search_scales.py",
      [("if len(x) < 2 or (x ** 2).sum() == 0:", "if len(x) < 1 or (x ** 2).sum() == 0:")]),
+    ("T4", "1 subtracted from the caller's array in place", "search_scales.py",
+     [("y = np.asarray(lam, dtype=np.float64) - 1.0", "y = np.asarray(lam, dtype=np.float64)\n    y -= 1.0")]),
     ("T5", "the clamp applied once, at the end", "search_scales.py",
      [("                lam.clamp_(min=min_scale)  # the focus constraint, after every step\n", "                pass\n"),
       ("    return lam.detach(), log", "    with torch.no_grad():\n        lam.clamp_(min=min_scale)\n    return lam.detach(), log")]),
     ("T5", "a weight other than lambda gets a gradient", "search_scales.py",
      [("model.requires_grad_(False)", "model.requires_grad_(True)")]),
     ("T5", "AdamW's default weight decay left on", "search_scales.py", [("weight_decay=0.0)", "weight_decay=0.01)")]),
+    ("T5", "the model left in train mode with every weight trainable", "search_scales.py",
+     [("        model.train(saved[1])\n", "        model.train(True)\n"),
+      ("            p.requires_grad_(g)\n", "            p.requires_grad_(True)\n")]),
+    ("T5", "nothing restored when the batches fail", "search_scales.py",
+     [("    finally:  # the model as it was\n", "    except BaseException:\n        raise\n    if True:\n")]),
     ("T6", "the last-L reference without the start token", "evaluate.py",
      [('if getattr(model.config, "bos", False):', "if False:")]),
     ("T6", "the entropy from the wrong end of each sub-window", "evaluate.py",
      [("ents.append(sub_ent[k][..., context - (e - prev):])", "ents.append(sub_ent[k][..., :e - prev])")]),
+    ("T6", "the start token written into the caller's x", "evaluate.py",
+     [("        xs = torch.cat([torch.cat([x[:, :1], x[:, a + 1:e]], 1) for a, e in zip(starts, ends)])\n",
+       "        xs = []\n        for a, e in zip(starts, ends):\n            x[:, a] = x[:, 0]\n"
+       "            xs.append(x[:, a:e].clone())\n        xs = torch.cat(xs)\n")]),
+    ("T6", "batch_size ignored (every sub-window at once)", "evaluate.py",
+     [("for i in range(0, xs.size(0), batch_size)]", "for i in range(0, xs.size(0), xs.size(0))]"),
+      ("xs[i:i + batch_size], ys[i:i + batch_size]", "xs, ys")]),
+    ("T6", "the stride context // 8 without max(1, ...)", "evaluate.py",
+     [("s = max(1, context // 8)", "s = context // 8")]),
     ("T6", "excess paired by place in the list", "evaluate.py",
      [("    by_ref = dict(zip(ref[\"lengths\"], ref[key]))\n    return {n: v - by_ref[n] for n, v in zip(m[\"lengths\"], m[key]) if n in by_ref}",
        "    return {n: v - r for n, v, r in zip(m[\"lengths\"], m[key], ref[key])}")]),
@@ -81,8 +124,8 @@ def cli(*args, cwd=ROOT):
                           text=True, encoding="utf-8")
 
 
-def function_source(path, qualname):
-    source = (ROOT / path).read_text(encoding="utf-8")
+def function_source(path, qualname, root=ROOT):
+    source = (root / path).read_text(encoding="utf-8")
     return segment(source, find_function(ast.parse(source), qualname))
 
 
@@ -101,6 +144,15 @@ def body_of(path, qualname, body, text=None):
     return text.replace("    raise NotImplementedError('BODY')\n", body)
 
 
+def scores(results):
+    return {r["id"]: r["score"] for r in results}
+
+
+def tasks_of(root):
+    from tools.kit.grade import read_tasks as read
+    return read(Path(root) / "classroom" / "tasks.toml")
+
+
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     """A copy of the project as it is on disk (outside git: the snapshot is its files), so the
@@ -112,7 +164,7 @@ def project(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def kit(project, tmp_path_factory):
-    """A student copy of every task, made from `project` (about 12 s: the project's checks run
+    """A student copy of every task, made from `project` (about 15 s: the project's checks run
     once at the public seeds to store their outputs)."""
     out = tmp_path_factory.mktemp("kit") / "assignment"
     done = subprocess.run([sys.executable, "tools/classroom.py", "student", str(out)], cwd=project,
@@ -121,9 +173,17 @@ def kit(project, tmp_path_factory):
     return out
 
 
-def tasks_of(root):
-    from tools.kit.grade import read_tasks as read
-    return read(Path(root) / "classroom" / "tasks.toml")
+METHODS = [m for m in ("bwrap", "unshare") if sandbox.unavailable(m) is None]
+WHY_NONE = "; ".join(sandbox.unavailable(m) or "" for m in ("bwrap", "unshare"))
+sandboxed = pytest.mark.skipif(not METHODS and not CI, reason=f"no sandbox works here ({WHY_NONE})")
+
+
+def test_ci_has_a_sandbox():
+    """Under CI the attack gradings must run: a machine with no sandbox fails here instead of
+    skipping them."""
+    if not CI:
+        pytest.skip("outside CI the sandboxed gradings skip where no sandbox works")
+    assert METHODS, f"no sandbox works on this CI machine: {WHY_NONE}"
 
 
 # -----------------------------------------------------------------------------
@@ -139,6 +199,13 @@ def test_every_task_names_functions_the_project_defines_and_a_handout():
             path, qualname = spec.split(":")
             assert find_function(ast.parse((ROOT / path).read_text(encoding="utf-8")), qualname), spec
             assert f"Piece {t['id']}" in function_source(path, qualname), f"{spec}'s docstring names its piece"
+
+
+def test_fit_head_scales_is_the_papers_recipe_with_at_most_nine_parameters():
+    """T5 asks for the paper's method alone: no precision, progress or plumbing parameter."""
+    node = find_function(ast.parse((ROOT / "search_scales.py").read_text("utf-8")), "fit_head_scales")
+    names = [a.arg for a in node.args.args]
+    assert len(names) <= 9 and not {"put", "ctx", "scaler", "on_step"} & set(names), names
 
 
 def test_blank_keeps_signature_and_docstring_and_take_puts_a_function_back():
@@ -160,10 +227,26 @@ def test_the_wrong_versions_edit_their_task_functions_only():
             assert inside.count(old) == 1, f"{what}: {old!r} must occur once in {tid}'s functions"
 
 
+# -----------------------------------------------------------------------------
+# Every check of a task, in process: the project, the wrong versions, the independent ones
+
+def guarded(fn):
+    """fn, failing as the grader's stand-in does when a call changes an input in place
+    (remote.StandIn.changed: the same data_of and same)."""
+    def call(*args, **kwargs):
+        before = copy.deepcopy((remote.data_of(list(args)), remote.data_of(kwargs)))
+        out = fn(*args, **kwargs)
+        if not remote.same(before, (remote.data_of(list(args)), remote.data_of(kwargs))):
+            raise AssertionError(f"{fn.__name__} changed an input in place")
+        return out
+    call.__name__, call.__wrapped__ = fn.__name__, fn
+    return call
+
+
 def task_checks(tid, functions):
-    """Every check of task tid (tests/test_paper.py), called here with the task's functions
-    replaced by `functions` {qualname: function}: [(check, None or the exception)]. The
-    project's own version stays reachable (remote.project_version), as under the grader."""
+    """Every check of task tid (tests/test_paper.py), each run as pytest would run it, with the
+    task's functions replaced by `functions` {qualname: function} (guarded): [(check, None or
+    the exception)]. The project's own version stays reachable (remote.project_version)."""
     import evaluate
     import model
     import search_scales
@@ -173,21 +256,19 @@ def task_checks(tid, functions):
     saved = []
     for qualname, fn in functions.items():
         module = modules[spec[qualname]]
-        fn.project_version = getattr(module, qualname)
+        stand_in = guarded(fn)
+        stand_in.project_version = getattr(module, qualname)
         for owner in (module, test_paper):
             saved.append((owner, qualname, getattr(owner, qualname)))
-            setattr(owner, qualname, fn)
+            setattr(owner, qualname, stand_in)
     out = []
     try:
         for name, test in vars(test_paper).items():
             if not name.startswith(f"test_{tid}_"):
                 continue
-            marks = [m for m in getattr(test, "pytestmark", []) if m.name == "parametrize"]
-            names = [n.strip() for n in marks[0].args[0].split(",")] if marks else []
-            for values in (marks[0].args[1] if marks else [()]):
-                values = values if isinstance(values, tuple) else (values,)
+            for params in cases_of(test):
                 try:
-                    test(**dict(zip(names, values)))
+                    test(**params)
                     out.append((name, None))
                 except (Exception, pytest.skip.Exception) as e:  # noqa: BLE001
                     out.append((name, e))
@@ -197,9 +278,19 @@ def task_checks(tid, functions):
     return out
 
 
+def cases_of(test):
+    """The keyword arguments of each case of a test (its pytest.mark.parametrize marks)."""
+    cases = [{}]
+    for mark in getattr(test, "pytestmark", []):
+        if mark.name == "parametrize":
+            names = [n.strip() for n in mark.args[0].split(",")]
+            cases = [c | dict(zip(names, v if isinstance(v, tuple) else (v,))) for c in cases for v in mark.args[1]]
+    return cases
+
+
 def load_function(tmp_path, path, text, qualname):
     """qualname from `text`, a version of the project's file `path`, imported from tmp_path."""
-    f = tmp_path / f"wrong_{abs(hash(text))}_{Path(path).name}"
+    f = tmp_path / f"v_{abs(hash(text))}_{Path(path).name}"
     f.write_text(text, encoding="utf-8")
     spec = importlib.util.spec_from_file_location(f.stem, f)
     module = importlib.util.module_from_spec(spec)
@@ -207,21 +298,49 @@ def load_function(tmp_path, path, text, qualname):
     return getattr(module, qualname)
 
 
-def test_each_wrong_version_fails_a_check_of_its_task(tmp_path):
-    tasks = read_tasks()
-    for tid in tasks:  # the harness itself: the project's own functions pass every check
-        own = {s.split(":")[1]: load_function(tmp_path, s.split(":")[0], (ROOT / s.split(":")[0]).read_text("utf-8"),
-                                              s.split(":")[1]) for s in tasks[tid]["functions"]}
-        failed = [(n, e) for n, e in task_checks(tid, own) if e is not None]
-        assert not failed, f"{tid}, the project's own functions: {failed[:1]}"
-    kept = []
-    for tid, what, path, edits in WRONG:
-        text = edited(path, edits)
-        wrong = {s.split(":")[1]: load_function(tmp_path, path, text, s.split(":")[1])
-                 for s in tasks[tid]["functions"] if s.startswith(path + ":")}
-        if all(e is None for _, e in task_checks(tid, wrong)):
-            kept.append(what)
-    assert not kept, f"wrong versions that pass every check of their task: {kept}"
+def functions_of(tmp_path, tid, texts):
+    """{qualname: function} of task tid, each from texts[path] (a whole file's text)."""
+    out = {}
+    for spec in read_tasks()[tid]["functions"]:
+        path, qualname = spec.split(":")
+        out[qualname] = load_function(tmp_path, path, texts[path], qualname)
+    return out
+
+
+@pytest.mark.parametrize("tid", ["T1", "T2", "T3", "T4", "T5", "T6"])
+def test_the_projects_own_functions_pass_every_check_of_their_task(tid, tmp_path):
+    texts = {p: (ROOT / p).read_text("utf-8") for p in ("model.py", "search_scales.py", "evaluate.py")}
+    failed = [(n, e) for n, e in task_checks(tid, functions_of(tmp_path, tid, texts)) if e is not None]
+    assert not failed, f"{tid}, the project's own functions: {failed[:1]}"
+
+
+@pytest.mark.parametrize("tid, what, path, edits", WRONG, ids=[w[1] for w in WRONG])
+def test_a_wrong_version_fails_a_check_of_its_task(tid, what, path, edits, tmp_path):
+    functions = functions_of(tmp_path, tid, {path: edited(path, edits)} | {
+        p: (ROOT / p).read_text("utf-8") for p in ("model.py", "search_scales.py", "evaluate.py") if p != path})
+    failed = [(n, e) for n, e in task_checks(tid, functions) if e is not None]
+    assert failed, f"{what}: passes every check of {tid}"
+
+
+INDEPENDENT_VERSIONS = sorted(f.stem for f in INDEPENDENT.glob("T*_*.py"))
+
+
+@pytest.mark.parametrize("version", INDEPENDENT_VERSIONS)
+def test_an_independent_implementation_passes_every_check_and_is_not_flagged(version, tmp_path):
+    """Written from the handout alone (tests/independent/README.md): taken by the grader's own
+    rules (source.take), every check passes, and the copy flag does not call it the project's."""
+    tid = version.split("_")[0]
+    text = (INDEPENDENT / f"{version}.py").read_text("utf-8")
+    texts, nodes = {}, {}
+    for spec in read_tasks()[tid]["functions"]:
+        path, qualname = spec.split(":")
+        texts[path] = take(text, texts.get(path) or (ROOT / path).read_text("utf-8"), qualname)
+        nodes[spec] = find_function(ast.parse(text), qualname)
+    failed = [(n, e) for n, e in task_checks(tid, functions_of(tmp_path, tid, texts)) if e is not None]
+    assert not failed, f"{version}: {failed[:1]}"
+    own = {s: find_function(ast.parse((ROOT / s.split(':')[0]).read_text('utf-8')), s.split(":")[1]) for s in nodes}
+    share = copyflag.similarity(Grader.task_prints(nodes), Grader.task_prints(own))
+    assert share < copyflag.FLAG, f"{version} flagged as the project's ({share:.2f})"
 
 
 def test_each_handouts_worked_example_is_what_the_project_computes(monkeypatch):
@@ -269,7 +388,7 @@ def test_each_handouts_worked_example_is_what_the_project_computes(monkeypatch):
 
 
 # -----------------------------------------------------------------------------
-# Extraction as Python reads it, and the def line
+# The function as Python would import it: odd formatting, a BOM, the last def, a helper
 
 def test_odd_formatting_is_taken_exactly_as_python_reads_it():
     project = (ROOT / "model.py").read_text(encoding="utf-8")
@@ -291,85 +410,240 @@ def test_odd_formatting_is_taken_exactly_as_python_reads_it():
     assert ast.dump(find_function(ast.parse(put), "fit_log_law")) == ast.dump(node)
 
 
-def test_a_decorator_or_another_def_line_is_refused_with_the_expected_one():
+def test_a_decorator_another_def_line_or_a_helper_outside_is_refused_in_one_line():
     project = (ROOT / "search_scales.py").read_text(encoding="utf-8")
     ours = function_source("search_scales.py", "fit_log_law")
+    helper = ours.replace("    x = np.log(", "    x = helper_log(").replace(
+        "def fit_log_law(", "def helper_log(p):\n    return np.log(p)\n\n\ndef fit_log_law(")
     cases = {"@staticmethod\n" + ours: "has a decorator",
              ours.replace("def fit_log_law(positions, lam, L):", "def fit_log_law(positions, lam, L=8):"): "def line differs",
              ours.replace("def fit_log_law(positions, lam, L):", "def fit_log_law(positions, lam, L) -> float:"):
                  "def line differs",
              ours.replace("def fit_log_law(positions, lam, L):", "def fit_log_law(positions, lam, L, k=print('hi')):"):
-                 "def line differs"}
+                 "def line differs",
+             helper: "uses `helper_log`, which your file defines outside it"}
     for text, why in cases.items():
         with pytest.raises(Refused) as e:
             take(project.replace(ours, text), project, "fit_log_law")
-        assert why in str(e.value) and "def fit_log_law(positions, lam, L):" in str(e.value), str(e.value)
-        assert "\n" not in str(e.value)
-    # without the defence: a decorator runs when the module is imported
-    ran = []
-    namespace = {"mark": lambda f: ran.append(1) or f}
-    exec(compile("@mark\ndef f():\n    pass\n", "<attack>", "exec"), namespace)  # noqa: S102
-    assert ran == [1]
+        assert why in str(e.value) and "\n" not in str(e.value), str(e.value)
+        if "def line" in why or "decorator" in why:
+            assert "def fit_log_law(positions, lam, L):" in str(e.value)
 
 
-def renamed(source, names):
-    """A function's source with its local names renamed and its docstring rewritten, as a
-    student hiding a copy would (ast.unparse also drops the comments)."""
-    node = ast.parse(source).body[0]
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name):
-            n.id = names.get(n.id, n.id)
-    node.body[0].value.value = "My own work."
-    return ast.unparse(node)
-
-
-def test_the_copy_flag_sees_the_projects_function_through_renamed_locals():
-    first = lambda text: ast.parse(text).body[0]  # noqa: E731
-    ours = first(function_source("search_scales.py", "fit_log_law"))
-    theirs = first(renamed(function_source("search_scales.py", "fit_log_law"),
-                           {"x": "logs", "y": "excess", "keep": "mask", "a": "slope"}))
-    assert ast.unparse(theirs) != ast.unparse(ours) and normalised(theirs) == normalised(ours)
-    own = first('def fit_log_law(positions, lam, L):\n    """From the handout."""\n'
-                '    p = np.asarray(positions, float)\n    m = p >= L\n    if m.sum() < 2:\n'
-                '        return float("nan"), float("nan")\n    u = np.log(p[m] / L)\n'
-                '    v = np.asarray(lam, float)[m] - 1\n    a = (u @ v) / (u @ u)\n'
-                '    return float(a), float(1 - ((v - a * u) ** 2).sum() / ((v - v.mean()) ** 2).sum())\n')
-    assert normalised(own) != normalised(ours)  # written from the handout alone: not flagged
+def test_what_python_would_import_is_graded(project, tmp_path):
+    """A file with a UTF-8 byte-order mark, a blank stub left above a written version (Python
+    binds the last def) and a body holding a sum of 500 terms (a deep syntax tree): each taken.
+    One of 30,000 terms, past what this reading of Python takes: a 0 with the reason, no crash."""
+    grader = Grader(project, method="none")
+    try:
+        tasks = grader.tasks
+        ours = function_source("search_scales.py", "fit_log_law")
+        stub = blank(ours, ["fit_log_law"], lambda name: "T4: write it")
+        text = (project / "search_scales.py").read_text("utf-8")
+        cases = {"bom": b"\xef\xbb\xbf" + text.encode("utf-8"),
+                 "last def": text.replace(ours, stub + "\n\n" + ours).encode("utf-8"),
+                 "deep": text.replace(ours, ours.replace("    x = np.log(", "    z = " + "+".join(["0"] * 500) +
+                                                         "\n    x = np.log(")).encode("utf-8"),
+                 "deeper": text.replace(ours, ours.replace("    x = np.log(", "    z = " + "+".join(["0"] * 30000) +
+                                                           "\n    x = np.log(")).encode("utf-8")}
+        got = {}
+        for name, data in cases.items():
+            sub = tmp_path / name.replace(" ", "_")
+            sub.mkdir()
+            (sub / "search_scales.py").write_bytes(data)
+            got[name] = grader.prepare(tasks["T4"], sub)
+        assert "_job" in got["bom"] and "_job" in got["last def"], [got[k]["output"] for k in ("bom", "last def")]
+        copy = Path(got["last def"]["_job"]["copy"])
+        assert "T4: write it" not in (copy / "search_scales.py").read_text("utf-8")
+        assert "_job" in got["deep"], got["deep"]["output"]
+        deeper = got["deeper"]
+        assert "_job" in deeper or (deeper["score"] == 0 and deeper["output"] and "\n" not in deeper["output"])
+    finally:
+        grader.__exit__()
 
 
 # -----------------------------------------------------------------------------
-# What crosses between the judge and the worker: data only
+# The upload read as data
 
-def test_the_wire_takes_data_only():
+def test_the_upload_is_read_as_data_links_devices_and_sizes_refused(tmp_path):
+    outside = tmp_path / "a_classmates" / "model.py"
+    outside.parent.mkdir()
+    outside.write_text("x = 1\n", encoding="utf-8")
+    up = tmp_path / "upload"
+    up.mkdir()
+    (up / "model.py").symlink_to(outside)
+    (up / "sub").symlink_to(outside.parent, target_is_directory=True)
+    os.mkfifo(up / "evaluate.py")
+    (up / "search_scales.py").write_bytes(b"x = 1\n" + b"#" * (2 << 20))
+    (up / "train.py").write_bytes(b"\xff\xfe not utf-8")
+    for name, why in (("model.py", "symbolic link"), ("sub/model.py", "symbolic link"), ("evaluate.py", "fifo"),
+                      ("search_scales.py", "over 1024 KB"), ("train.py", "not UTF-8")):
+        with pytest.raises(UploadError, match=why):
+            read_upload(up, name)
+    if hasattr(os, "geteuid") and os.geteuid() == 0:  # a device: /dev/zero's numbers, in the temp folder
+        os.mknod(up / "data.py", 0o644 | 0o020000, os.makedev(1, 5))
+        with pytest.raises(UploadError, match="device"):
+            read_upload(up, "data.py")
+    with pytest.raises(FileNotFoundError):
+        read_upload(up, "sample.py")
+    # without the defence: Python's own reading follows the link to a classmate's file, and a
+    # fifo would block (it is not opened here)
+    assert (up / "model.py").read_text(encoding="utf-8") == "x = 1\n"
+    # the task files found: a link counts as there (then refused), a linked folder is not entered
+    nested = tmp_path / "nested"
+    (nested / "a" / "b").mkdir(parents=True)
+    (nested / "a" / "b" / "model.py").write_text("x = 1\n", encoding="utf-8")
+    (nested / "link").symlink_to(outside.parent, target_is_directory=True)
+    assert find_submission(nested, ["model.py"]) == nested / "a" / "b"
+    assert find_submission(up, ["model.py"]) == up
+
+
+def test_a_symlinked_upload_scores_zero_with_its_reason(project, tmp_path):
+    """A folder holding only links to a classmate's files: no task taken, each says why."""
+    grader = Grader(project, method="none")
+    try:
+        up = tmp_path / "thief"
+        up.mkdir()
+        for f in ("model.py", "search_scales.py", "evaluate.py"):
+            (up / f).symlink_to(project / f)
+        for tid, task in grader.tasks.items():
+            r = grader.prepare(task, up)
+            assert "_job" not in r and r["score"] == 0 and "symbolic link" in r["output"], r["output"]
+    finally:
+        grader.__exit__()
+
+
+# -----------------------------------------------------------------------------
+# The copy flag
+
+def disguised(node):
+    """A function's text with the edits a student hiding a copy makes: every local renamed,
+    the operands of + and * swapped, a < b written b > a, adjacent independent assignments
+    swapped, constants respelled (1.0 as 1., 0.5 as 5e-1), a new docstring."""
+    node = ast.parse(ast.unparse(node)).body[0]
+    params = {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
+    names = {n: f"my_{i}" for i, n in enumerate(sorted(copyflag.bound_names(node) - params))}
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and n.id in names:
+            n.id = names[n.id]
+        if isinstance(n, ast.BinOp) and isinstance(n.op, (ast.Add, ast.Mult)):
+            n.left, n.right = n.right, n.left
+        if isinstance(n, ast.Compare) and len(n.ops) == 1 and isinstance(n.ops[0], ast.Lt):
+            n.ops, n.left, n.comparators = [ast.Gt()], n.comparators[0], [n.left]
+        body = getattr(n, "body", None)
+        for i in range(len(body) - 1 if isinstance(body, list) else 0):
+            a, b = body[i], body[i + 1]
+            if isinstance(a, ast.Assign) and isinstance(b, ast.Assign):
+                written = lambda s: {t.id for t in ast.walk(s) if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store)}  # noqa: E731
+                read = lambda s: {t.id for t in ast.walk(s) if isinstance(t, ast.Name)}  # noqa: E731
+                if not (written(a) & read(b)) and not (written(b) & read(a)):
+                    body[i], body[i + 1] = b, a
+    node.body[0] = ast.Expr(ast.Constant("My own work."))
+    return ast.unparse(node).replace("1.0", "1.").replace("0.5", "5e-1")
+
+
+def test_the_copy_flag_sees_a_disguised_copy_and_not_an_independent_version():
+    """Its two error rates on this project (classroom/README.md says them): every disguised
+    copy of the project's seven functions is flagged (no miss), no independent implementation
+    of tests/independent/ is (measured at the end of the independent versions' test)."""
+    for t in read_tasks().values():
+        for spec in t["functions"]:
+            path, qualname = spec.split(":")
+            ours = find_function(ast.parse((ROOT / path).read_text("utf-8")), qualname)
+            text = disguised(ours)
+            theirs = ast.parse(text).body[0]
+            assert ast.unparse(theirs) != ast.unparse(ours)
+            share = copyflag.similarity(copyflag.fingerprints(theirs), copyflag.fingerprints(ours))
+            assert share >= copyflag.FLAG, f"a disguised copy of {spec}: similarity {share:.2f}"
+    # a too-deep function has no fingerprint and is never flagged (nor does it crash)
+    deep = ast.parse("def f(x):\n    return " + "+".join(["x"] * 400) + "\n").body[0]
+    assert copyflag.fingerprints(deep) == set()
+
+
+# -----------------------------------------------------------------------------
+# What crosses between the judge and the worker: data only, bounded
+
+def test_the_wire_takes_data_only_and_counts_what_it_builds():
     import torch
     r, w = os.pipe()
     try:
-        value = {"a": (1, 2.5, None, "x"), 3: [torch.ones(2, dtype=torch.bfloat16)], "n": np.arange(3.0)}
-        reader = remote.Reader(r)
-        remote.send(w, ("result", remote.to_wire(value), {}, None))
-        got = remote.from_wire(remote.receive(reader)[1])
+        value = {"a": (1, 2.5, None, "x"), 3: [torch.ones(2, dtype=torch.bfloat16)], "n": np.arange(3.0),
+                 "s": np.float32(1.5)}
+        reader = wire.Reader(r)
+        wire.send(w, ("result", wire.to_wire(value), {}, None))
+        got = wire.from_wire(wire.receive(reader)[1])
         assert got["a"] == (1, 2.5, None, "x") and got[3][0].dtype == torch.bfloat16 and got["n"].tolist() == [0, 1, 2]
+        assert type(got["s"]) is np.float32
 
         class Evil:  # a pickle that would run a command when unpickled
             def __reduce__(self):
                 return (os.system, ("echo pwned > /dev/null",))
         data = pickle.dumps(Evil(), protocol=2)
         os.write(w, len(data).to_bytes(8, "little") + data)
-        with pytest.raises(remote.WireError):
-            remote.receive(reader)
-        os.write(w, (remote.LIMIT + 1).to_bytes(8, "little"))
-        with pytest.raises(remote.WireError):
-            remote.receive(reader)
+        with pytest.raises(wire.WireError):
+            wire.receive(reader)
+        os.write(w, (wire.LIMIT + 1).to_bytes(8, "little"))
+        with pytest.raises(wire.WireError):
+            wire.receive(reader)
         with pytest.raises(TimeoutError):  # nothing more comes: a deadline holds
-            remote.receive(reader, deadline=time.monotonic() + 0.2)
+            wire.receive(reader, deadline=time.monotonic() + 0.2)
     finally:
         os.close(r)
         os.close(w)
-    with pytest.raises(remote.WireError):  # a model, a callable: only data comes back
-        remote.from_wire((remote.TAG, "model", 0))
-    with pytest.raises(remote.WireError):
-        remote.to_wire(lambda: 0)
-    assert pickle.loads(data) == 0  # without the defence: unpickling ran the command
+    with pytest.raises(wire.WireError):  # a model: only data comes back
+        wire.from_wire((wire.TAG, "model", 0))
+    with pytest.raises(wire.WireError):
+        wire.to_wire(lambda: 0)
+    # shared references: 30 levels of a list holding its child twice is 2^30 values once expanded
+    node = [1]
+    for _ in range(30):
+        node = [node, node]
+    with pytest.raises(wire.WireError, match="over"):
+        wire.from_wire(node)
+    cyclic = []
+    cyclic.append(cyclic)
+    with pytest.raises(wire.WireError, match="deeper"):
+        wire.from_wire(cyclic)
+    big = torch.zeros(1 << 20)  # a view into a larger storage is not data
+    with pytest.raises(wire.WireError, match="storage"):
+        wire.from_wire(big[:10])
+    # without the defence: a generous budget builds 2^12 leaves from a 13-node message
+    small = [1]
+    for _ in range(12):
+        small = [small, small]
+    assert len(str(wire.from_wire(small, budget=wire.Budget(nodes=10 ** 7)))) > 4 * 2 ** 12
+
+
+def test_text_from_student_code_is_plain_short_and_masked_for_the_student():
+    evil = "\x1b[2J\x1b[1;1HT1  passed  10/10\u202e\u200b" + "A" * 100_000 + "\x07"
+    text = report.plain(evil)
+    assert len(text) <= report.WHY_CHARS and "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+    assert report.csv_cell("=HYPERLINK(1)").startswith("'=") and report.csv_cell("ada") == "ada"
+    assert report.masked("a = 0.276457, least squares gives 0.308611 (T = 45)") == \
+        "a = #, least squares gives # (T = #)"
+    checks = [{"name": f"test_T1_x[{i}]", "ok": False, "why": "a = 0.25 " + "B" * 50_000, "seconds": 0.1,
+               "hidden": True} for i in range(500)]
+    r = {"id": "T1", "title": "t", "max_score": 10, "score": 0, "passed": False, "seed": 42, "copied": "",
+         "checks": checks, "output": "x" * 10 ** 6}
+    out = json.dumps(report.gradescope([r], {"T1": {}}, 3.0))
+    assert len(out) <= report.FEEDBACK and "0.25" not in report.student_output(r)
+
+
+def test_a_worker_that_prints_without_end_keeps_a_short_log(tmp_path):
+    """What a worker prints reaches a log of at most log_kb, with one line saying how much was
+    cut; without the cap (a limit of all of it) the same stream is all kept."""
+    from tools.kit.judge import keep_log
+    for limit, kept in ((64 << 10, 64 << 10), (10 << 20, 3 << 20)):
+        r, w = os.pipe()
+        child = subprocess.Popen([sys.executable, "-c", "import os, sys\nfor _ in range(48):\n"
+                                  "    os.write(1, b'\\x1b[2J' * 16384)\n"], stdout=w)
+        os.close(w)
+        with os.fdopen(r, "rb") as pipe:
+            keep_log(pipe, tmp_path / "log", limit)
+        child.wait()
+        data = (tmp_path / "log").read_bytes()
+        assert len(data) - len(data.split(b"\n[")[0]) < 200 and data.startswith(b"\x1b[2J")
+        assert len(data.split(b"\n[")[0]) == kept, len(data)
 
 
 def test_the_workers_environment_holds_no_secret(monkeypatch, tmp_path):
@@ -388,12 +662,16 @@ def test_the_workers_environment_holds_no_secret(monkeypatch, tmp_path):
     assert old["NANONOPE_SECRET"] == str(ROOT)  # without the defence: the secret reached the child
 
 
-METHODS = [m for m in ("bwrap", "unshare") if sandbox.unavailable(m) is None]
+# -----------------------------------------------------------------------------
+# The sandbox, seen from inside
+
 PROBE = r"""
-import json, os, socket, sys
-checkout, copy, outside = sys.argv[1:4]
+import json, os, resource, socket, sys
+sys.path.insert(0, "kit")
+from sandbox import apply_limits
+checkout, copy, canary = sys.argv[1:4]
 out = {}
-for name, path in (("copy", os.path.join(copy, "x")), ("outside", outside)):
+for name, path in (("copy", os.path.join(copy, "x")), ("canary", canary)):
     try:
         with open(path, "a") as f:
             f.write("x")
@@ -412,68 +690,117 @@ for p in os.listdir("/proc"):
             cmds.append(open(f"/proc/{p}/cmdline", "rb").read().decode(errors="replace"))
         except OSError:
             pass
-out["ancestors"] = [c for c in cmds if ("pytest" in c or "xdist" in c) and not c.startswith("bwrap") and "probe.py" not in c]
+out["ancestors"] = [c for c in cmds if ("pytest" in c or "xdist" in c) and "probe.py" not in c]
 out["checkout"] = os.path.exists(checkout)
+out["sys_writable"] = os.access("/proc/sys/kernel/core_pattern", os.W_OK)  # asked, never opened
+out["uid"] = os.getuid()
+if os.environ.get("NANONOPE_LIMITS"):
+    apply_limits(os.environ["NANONOPE_LIMITS"])
+out["limits"] = [resource.getrlimit(r)[0] for r in (resource.RLIMIT_DATA, resource.RLIMIT_NPROC,
+                                                     resource.RLIMIT_FSIZE, resource.RLIMIT_CPU, resource.RLIMIT_CORE)]
 print(json.dumps(out))
 """
 
 
-@pytest.mark.skipif(not METHODS, reason="neither bwrap nor unshare works here (sandbox.unavailable says why)")
-@pytest.mark.parametrize("method", METHODS or ["bwrap"])
-def test_the_sandbox_seen_from_inside(method, tmp_path):
-    """From inside the worker's sandbox: its copy is read-only, nothing outside it can be
-    written or seen (the checkout, a teacher's file), the network is unreachable, no process of
-    the grader's (pytest here) is visible in /proc (bwrap's own first process is, inside the
-    namespace). Under --sandbox=none all of it is reachable."""
-    copy = tmp_path / "task"
-    copy.mkdir()
-    (tmp_path / "root").mkdir()
+def run_probe(method, tmp_path, limits):
+    copy = tmp_path / method / "task"
+    (copy / "kit").mkdir(parents=True)
+    (tmp_path / method / "root").mkdir()
+    shutil.copy2(ROOT / "tools" / "kit" / "sandbox.py", copy / "kit" / "sandbox.py")
     (copy / "probe.py").write_text(PROBE, encoding="utf-8")
-    outside = tmp_path / "teachers_file.txt"
-    outside.write_text("", encoding="utf-8")
-    sandbox.make_readable(tmp_path)
-    kw = sandbox.command(method, copy, [sys.executable, "-S", "probe.py", str(ROOT), sandbox.TASK, str(outside)])
+    canary = tmp_path / "canary.txt"
+    canary.write_text("", encoding="utf-8")
+    sandbox.make_readable(tmp_path / method)
+    inside = sandbox.TASK if method in ("bwrap", "unshare") else str(copy)
+    kw = sandbox.command(method, copy, [sys.executable, "-S", "probe.py", str(ROOT), inside, str(canary)], limits)
     done = subprocess.run(**kw, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
-    assert seen["copy"] != "written" and seen["outside"] != "written" and seen["net"] != "connected", seen
-    assert not seen["ancestors"] and not seen["checkout"], seen
-    assert outside.read_text(encoding="utf-8") == ""
-    # without the defence: the same child writes its copy and the teacher's file, sees the checkout and pytest
-    kw = sandbox.command("none", copy, [sys.executable, "-S", "probe.py", str(ROOT), str(copy), str(outside)])
-    plain = json.loads(subprocess.run(**kw, capture_output=True, text=True, timeout=60).stdout)
-    assert plain["copy"] == plain["outside"] == "written" and plain["checkout"] and plain["ancestors"], plain
+    return json.loads(done.stdout), canary
 
 
-def test_an_unavailable_sandbox_is_refused_in_one_line(monkeypatch):
-    monkeypatch.setattr(sandbox, "unavailable", lambda m: None if m == "none" else "not here")
+@sandboxed
+@pytest.mark.parametrize("method", METHODS or ["bwrap"])
+def test_the_sandbox_seen_from_inside(method, tmp_path):
+    """From inside the worker's sandbox: its copy read-only, a canary outside it unreachable,
+    the network unreachable, no process of the grader's (pytest) visible, /proc/sys read-only,
+    graded as root another uid, and the bounds set. Under --sandbox=none the same child writes
+    its copy and the canary and sees the checkout and pytest (only the canary in this test's
+    folder is written; the kernel setting is only asked about, with access())."""
+    limits = sandbox.Limits(memory_mb=700, processes=40, file_mb=3, cpu_s=50)
+    seen, canary = run_probe(method, tmp_path, limits)
+    assert seen["copy"] != "written" and seen["canary"] != "written" and seen["net"] != "connected", seen
+    assert not seen["ancestors"] and not seen["checkout"] and not seen["sys_writable"], seen
+    if sandbox.as_root():
+        assert seen["uid"] != 0, f"graded as root, the worker is uid {seen['uid']}"
+    assert seen["limits"] == [700 << 20, 40, 3 << 20, 50, 0], seen["limits"]
+    assert canary.read_text(encoding="utf-8") == ""
+    plain, canary = run_probe("none", tmp_path, limits)  # without the defence
+    assert plain["copy"] == plain["canary"] == "written" and plain["checkout"] and plain["ancestors"], plain
+    assert plain["limits"][1] != 40  # no process limit outside a sandbox: it would count the teacher's
+    if sandbox.as_root():
+        assert plain["uid"] == 0  # the teacher's root, with every kernel setting root may write
+
+
+def test_auto_never_falls_back_to_none_as_root_and_names_each_reason(monkeypatch):
+    monkeypatch.setattr(sandbox, "unavailable", lambda m: None if m == "none" else f"{m} is not here")
     with pytest.raises(classroom.UserError) as e:
         sandbox.choose("bwrap")
-    assert "--sandbox=bwrap is not available here: not here" in str(e.value)
-    assert sandbox.choose("auto") == ("none", sandbox.UNSAFE + " (no bwrap, unshare or root here)")
+    assert "--sandbox=bwrap is not available here: bwrap is not here" in str(e.value)
+    monkeypatch.setattr(sandbox, "as_root", lambda: True)
+    with pytest.raises(classroom.UserError) as e:
+        sandbox.choose("auto")
+    assert "bwrap is not here; unshare is not here; user is not here" in str(e.value) and "--sandbox=none" in str(e.value)
+    assert sandbox.choose("none")[0] == "none"  # when asked for
+    monkeypatch.setattr(sandbox, "as_root", lambda: False)
+    method, warning = sandbox.choose("auto")
+    assert method == "none" and "bwrap is not here" in warning
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's /proc and subreaper")
-def test_a_detached_process_is_killed_before_results():
+def test_the_user_method_needs_its_own_account(monkeypatch):
+    monkeypatch.setattr(sandbox, "as_root", lambda: True)
+    monkeypatch.setattr(sandbox, "student_account", lambda: None)
+    sandbox.unavailable.cache_clear()
+    try:
+        if sys.platform.startswith("linux"):
+            assert "dedicated account nanonope-student" in sandbox.unavailable("user")
+    finally:
+        sandbox.unavailable.cache_clear()
+
+
+def test_python_anywhere_is_bound_and_nothing_else_of_sys_path():
+    paths = sandbox.python_paths()
+    prefix = str(Path(sys.prefix).resolve())
+    assert any(prefix == p or prefix.startswith(p + os.sep) for p in paths), (prefix, paths)
+    assert not any(str(ROOT) == p or str(ROOT).startswith(p + os.sep) for p in paths if p != "/"), paths
+    # a Python under the temp folder is bound after /tmp is made, so it stays visible
+    args = sandbox.bwrap_args(Path("/x/task"), sandbox.Limits())
+    assert args.index("/tmp") < min(i for i, a in enumerate(args) if a in paths)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's subreaper")
+def test_a_detached_process_is_killed_and_only_what_the_grader_started():
     sandbox.become_subreaper()
     code = ("import os, subprocess, sys, time\n"
             "p = subprocess.Popen([sys.executable, '-S', '-c', 'import os, time; os.setsid(); time.sleep(60)'],\n"
             "                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
             "print(p.pid, flush=True)\n")
+    keep = subprocess.Popen([sys.executable, "-S", "-c", "import time; time.sleep(60)"])
     child = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=30)
     pid = int(child.stdout)
     time.sleep(0.2)
     assert alive(pid)  # without the defence: its parent is gone, it lives on
-    assert sandbox.kill_descendants() >= 1
-    assert not alive(pid)
+    assert sandbox.kill_below(keep={keep.pid}) >= 1
+    assert not alive(pid) and keep.poll() is None  # the one kept (another grading's judge) lives
+    keep.kill()
+    keep.wait()
 
 
 def alive(pid):
+    import psutil
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    return state != "Z"
 
 
 # -----------------------------------------------------------------------------
@@ -489,19 +816,31 @@ def test_a_check_counts_only_if_it_ran_and_passed():
     parts = checks + [{"name": "test_T9_y", "ok": True}]
     assert score_checks(partial, parts) == 10  # 2 + 2 + 2 + 4 (the last takes the remainder)
     thirds = {"id": "T9", "points": 10, "partial_credit": True}
-    assert score_checks(thirds, checks) == 10 and score_checks(thirds, checks[:2] + [{"name": "c", "ok": False}]) == 6.66  # 3.33 + 3.33; the last would take 3.34
+    assert score_checks(thirds, checks) == 10 and score_checks(thirds, checks[:2] + [{"name": "c", "ok": False}]) == 6.66
 
 
 def test_seeds_cover_the_whole_text_and_the_student_sees_none():
     assert seed_of("", "T1", ["def f(): pass"]) == 0  # no secret: the public seeds
     a, b = seed_of("s", "T1", ["def f(): pass"]), seed_of("s", "T1", ["def f():  pass"])
     assert a != b and a == seed_of("s", "T1", ["def f(): pass"]) != seed_of("t", "T1", ["def f(): pass"])
-    r = {"id": "T1", "title": "t", "max_score": 10, "score": 0, "passed": False, "seed": 123456789, "copied": True,
-         "checks": [{"name": "test_T1_a[0]", "ok": False, "why": "wrong", "seconds": 0.1}], "output": "x"}
-    report = gradescope([r], {"T1": {}}, 3.2)
-    seen = [t for t in report["tests"] if t["visibility"] != "hidden"]
-    assert "123456789" not in json.dumps(seen) and "123456789" in json.dumps(report)
-    assert report["execution_time"] == 4 and student_output(r).startswith("0 of 1 checks passed")
+    r = {"id": "T1", "title": "t", "max_score": 10, "score": 0, "passed": False, "seed": 123456789,
+         "copied": "the project's (1.00)", "output": "x",
+         "checks": [{"name": "test_T1_a[0]", "ok": False, "why": "wrong at 0.125", "seconds": 0.1, "hidden": True},
+                    {"name": "test_T1_edges", "ok": False, "why": "T = 3 <= L = 8", "seconds": 0.1, "hidden": False}]}
+    out = report.gradescope([r], {"T1": {}}, 3.2)
+    seen = [t for t in out["tests"] if t["visibility"] != "hidden"]
+    assert "123456789" not in json.dumps(seen) and "123456789" in json.dumps(out)
+    assert "0.125" not in json.dumps(seen) and "0.125" in json.dumps(out) and "T = 3 <= L = 8" in seen[0]["output"]
+    assert out["execution_time"] == 4 and report.student_output(r).startswith("0 of 2 checks passed")
+
+
+def test_the_edge_cases_run_the_same_in_every_grading():
+    """The checks each handout's edge cases live in read no SEED (the judge marks the others
+    hidden): a wrong function fails them whatever its text."""
+    import test_paper
+    fixed = [n for n, f in vars(test_paper).items() if n.startswith("test_T") and "SEED" not in f.__code__.co_names]
+    for tid in ("T1", "T2", "T3", "T4", "T6"):
+        assert any(n.startswith(f"test_{tid}_") and ("edge" in n or "exact" in n) for n in fixed), tid
 
 
 def test_the_snapshot_is_what_grading_reads_and_a_changed_checkout_stops_it(tmp_path, monkeypatch):
@@ -538,7 +877,7 @@ def test_the_snapshot_is_what_grading_reads_and_a_changed_checkout_stops_it(tmp_
 
 def test_bad_input_is_refused_in_one_line_before_any_work(tmp_path, monkeypatch):
     cases = (["grade", ROOT, "--tasks=T1,T9"], ["student", tmp_path / "new", "--tasks=T7"], ["teach", tmp_path],
-             ["grade", ROOT, "--color=red"], ["grade", ROOT, "--sandbox=jail"], [])
+             ["grade", ROOT, "--color=red"], ["grade", ROOT, "--sandbox=jail"], ["grade", ROOT, "--memory_mb=0"], [])
     for args in cases:  # in this process (each command line would start Python again)
         monkeypatch.setattr(sys, "argv", ["tools/classroom.py", *map(str, args)])
         with pytest.raises(classroom.UserError) as e:
@@ -553,33 +892,78 @@ def test_bad_input_is_refused_in_one_line_before_any_work(tmp_path, monkeypatch)
     assert not (tmp_path / "new").exists()
     # an empty upload: exit 2 in one line, and results.json lists every task at 0 with that line
     (tmp_path / "empty" / "deep").mkdir(parents=True)
-    out = cli("grade", tmp_path / "empty", "--tasks=T1,T3", f"--json={tmp_path / 'r.json'}")
+    out = cli("grade", tmp_path / "empty", "--tasks=T1,T3", f"--json={tmp_path / 'r.json'}", "--sandbox=none")
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
-    report = json.loads((tmp_path / "r.json").read_text("utf-8"))
-    assert report["score"] == 0 and [t["name"][:2] for t in report["tests"] if t["visibility"] == "visible"] == \
-        ["T1", "T3"] and "holds none of the task files" in report["tests"][0]["output"]
-    assert find_submission(tmp_path / "empty", read_tasks()) is None
+    report_ = json.loads((tmp_path / "r.json").read_text("utf-8"))
+    assert report_["score"] == 0 and [t["name"][:2] for t in report_["tests"] if t["visibility"] == "visible"] == \
+        ["T1", "T3"] and "holds none of the task files" in report_["tests"][0]["output"]
+    assert find_submission(tmp_path / "empty", ["model.py"]) is None
 
 
 # -----------------------------------------------------------------------------
-# End to end: four gradings
+# A class: one student never stops it
 
-def scores(results):
-    return {r["id"]: r["score"] for r in results}
+def test_grade_all_never_stops_for_one_student_and_writes_as_it_goes(project, tmp_path, monkeypatch):
+    """Four students, graded by a stand-in for Grader.grade: one whose grading crashes gets a
+    row with its reason; the gradebook is on disk after each row; two students with the same
+    functions are paired; a changed checkout stops the class and keeps the rows written."""
+    from tools.kit import gradebook
+    from tools.kit import grade as grade_module
+    klass = tmp_path / "class"
+    for name in ("ada", "bob", "cy", "dee"):
+        (klass / name).mkdir(parents=True)
+        (klass / name / "search_scales.py").write_text("x = 1\n", encoding="utf-8")
+    (klass / "=cmd").mkdir()  # a name a spreadsheet would read as a formula
+    (klass / "=cmd" / "search_scales.py").write_text("x = 1\n", encoding="utf-8")
+    (klass / "link").symlink_to(klass / "ada", target_is_directory=True)
+    book = tmp_path / "book.csv"
+    seen_rows = []
 
+    def fake(self, sub, ids, slot=0):
+        seen_rows.append(book.read_text("utf-8").count("\n") if book.exists() else 0)
+        if sub.name == "bob":
+            raise RecursionError("a deep expression")
+        own = {"ada": 0, "cy": 0, "dee": 100, "=cmd": 200}[sub.name]
+        prints = {("s", own + i) for i in range(10)}
+        return [{"id": "T3", "score": 10, "max_score": 10, "passed": True, "output": "ok", "copied": "",
+                 "_prints": prints}]
+    monkeypatch.setattr(grade_module.Grader, "grade", fake)
+    cfg = ClassroomConfig(csv=str(book), tasks="T3", sandbox="none", jobs=1)
+    gradebook.grade_all(klass, ["T3"], tasks_of(project), cfg, project)
+    import csv
+    rows = {r["student"]: r for r in csv.DictReader(book.read_text("utf-8").splitlines())}
+    assert sorted(rows) == ["'=cmd", "ada", "bob", "cy", "dee"] and "link" not in rows
+    assert rows["bob"]["total"] == "0" and "RecursionError" in rows["bob"]["problems"]
+    assert rows["ada"]["same_as"] == "T3 cy 1.00" and rows["cy"]["same_as"] == "T3 ada 1.00" and not rows["dee"]["same_as"]
+    assert seen_rows[1:] == sorted(seen_rows[1:]) and seen_rows[-1] >= 4  # written after every row
+
+    def stop(self, sub, ids, slot=0):
+        if sub.name == "cy":
+            raise classroom.UserError(f"{self.root} changed while {sub} was graded: grading stopped")
+        return fake(self, sub, ids, slot)
+    monkeypatch.setattr(grade_module.Grader, "grade", stop)
+    book.unlink()
+    with pytest.raises(classroom.UserError, match="changed while"):
+        gradebook.grade_all(klass, ["T3"], tasks_of(project), cfg, project)
+    rows = {r["student"] for r in csv.DictReader(book.read_text("utf-8").splitlines())}
+    assert {"ada", "bob"} <= rows and "cy" not in rows  # the rows written before the stop stay
+
+
+# -----------------------------------------------------------------------------
+# End to end
 
 @pytest.mark.slow
 def test_the_project_scores_full(project, tmp_path):
-    """One grading of every task (about 20 s on 2 free cores). A blank copy's 0: the Gradescope
-    and workflow tests below."""
+    """One grading of every task (about 30 s on 2 cores), with the default bounds."""
     tasks = tasks_of(project)
-    cfg = ClassroomConfig(secret="a teacher's secret", json=str(tmp_path / "full.json"))
+    cfg = ClassroomConfig(secret="a teacher's secret", json=str(tmp_path / "full.json"),
+                          sandbox="auto" if METHODS else "none")
     full = grade(project, list(tasks), tasks, cfg, root=project, quiet=True)
     assert scores(full) == {t: tasks[t]["points"] for t in tasks}, [r["output"] for r in full if not r["passed"]]
     assert all(r["copied"] for r in full)  # the copy flag: these are the project's own functions
-    report = json.loads((tmp_path / "full.json").read_text("utf-8"))
-    assert report["score"] == 100 and all("checks passed" in t["output"] for t in report["tests"]
-                                          if t["visibility"] == "visible")
+    out = json.loads((tmp_path / "full.json").read_text("utf-8"))
+    assert out["score"] == 100 and all("checks passed" in t["output"] for t in out["tests"]
+                                       if t["visibility"] == "visible")
 
 
 def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit):
@@ -587,7 +971,7 @@ def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit):
     tasks = tasks_of(project)
     for teacher in ("tests/test_classroom.py", "tests/test_model.py", "tests/conftest.py", "classroom/README.md",
                     "classroom/lab_key.md", "classroom/lab_ranges.json", ".ci/run", "tools/kit/grade.py", "tools/kit/judge.py",
-                    "tools/kit/sandbox.py", "tools/kit/student.py", "tools/kit/platforms.py"):
+                    "tools/kit/sandbox.py", "tools/kit/student.py", "tools/kit/platforms.py", "tests/independent"):
         assert not (kit / teacher).exists(), teacher
     assert (kit / "classroom" / "lab.md").exists() and (kit / "classroom" / "T5.md").exists()
     assert sorted(p.name for p in (kit / "tests").iterdir()) == ["snapshots", "test_paper.py"]
@@ -595,7 +979,6 @@ def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit):
     assert len(lines) > 40 and "a = float((x * y).sum() / (x ** 2).sum())" in lines
     assert leaks(kit, lines) == []
     assert "dense_reference" not in (kit / "tests" / "test_paper.py").read_text("utf-8")  # no reference code
-    # the check sees a quoted line, in prose too
     (kit / "notes.md").write_text("a hint: `a = float((x * y).sum() / (x ** 2).sum())`\n", encoding="utf-8")
     try:
         assert leaks(kit, lines) == [("notes.md", "a = float((x * y).sum() / (x ** 2).sum())")]
@@ -605,11 +988,30 @@ def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit):
     assert out.returncode == 2 and "the teacher's" in out.stderr
 
 
+def test_the_student_copys_replay_holds_the_graders_bound_and_no_more(kit, tmp_path, monkeypatch):
+    """The copy's stored T2 chunk check, replayed here: the project's function passes, the
+    chunk-ignoring one fails naming the shape it made, and the bound is the grader's
+    B*nh*chunk*T, not the project's own largest tensor (the workflow test replays an
+    independent T2 that makes exactly that many values)."""
+    import model
+    from tools.kit import snapshots
+    checks = snapshots.load(kit / "tests" / "snapshots")
+    name = next(n for n in checks if n.startswith("test_T2_holds_one_chunk"))
+    observed = [c["seen"] for c in checks[name] if c["seen"] is not None]
+    assert observed and observed[0]["bound"] == 2 * 2 * 3 * 40 > observed[0]["largest"]
+    snapshots.replay(name, checks[name])
+    wrong = load_function(tmp_path, "model.py", edited("model.py", next(
+        w[3] for w in WRONG if w[1].startswith("chunk ignored"))), "written_out_attention")
+    monkeypatch.setattr(model, "written_out_attention", wrong)
+    with pytest.raises(AssertionError, match=r"a tensor of shape \(\d+, 40, 40\)"):
+        snapshots.replay(name, checks[name])
+
+
 @pytest.mark.slow
 def test_the_gradescope_zip_as_gradescope_runs_it(project, kit, tmp_path):
-    """The zip for T1, T3 and T4, unpacked into a fake /autograder, run_autograder run on three
-    uploads (about 15 s): the project nested in one folder (full), a blank copy (0), and a
-    model.py that does not parse (T1 0, the others full)."""
+    """The zip for T1, T3 and T4, unpacked into a fake /autograder, run_autograder run on two
+    uploads (about 20 s): the project nested in one folder (full), and a model.py that does not
+    parse (T1 0, the others full). (A blank copy's 0: the workflow test.)"""
     from tools.kit.platforms import unpack
     zip_path = tmp_path / "autograder.zip"
     done = subprocess.run([sys.executable, "tools/classroom.py", "gradescope", str(zip_path), "--tasks=T1,T3,T4",
@@ -628,18 +1030,18 @@ def test_the_gradescope_zip_as_gradescope_runs_it(project, kit, tmp_path):
     def run(upload):
         root = tmp_path / f"root_{upload.name}"
         unpack(zip_path, root)
-        shutil.copytree(upload, root / "submission")
+        shutil.copytree(upload, root / "submission", symlinks=True)
+        env = {**os.environ, "AUTOGRADER_ROOT": str(root)}
         done = subprocess.run(["bash", str(root / "source" / "run_autograder")], capture_output=True, text=True,
-                              env={**os.environ, "AUTOGRADER_ROOT": str(root)}, timeout=600)
+                              env=env, timeout=600)
         assert done.returncode == 0, done.stderr
-        report = json.loads((root / "results" / "results.json").read_text("utf-8"))
-        assert report["execution_time"] >= 1 and report["tests"], report
-        return {t["name"][:2]: t["score"] for t in report["tests"] if t["visibility"] != "hidden"}
+        out = json.loads((root / "results" / "results.json").read_text("utf-8"))
+        assert out["execution_time"] >= 1 and out["tests"], out
+        return {t["name"][:2]: t["score"] for t in out["tests"] if t["visibility"] != "hidden"}
 
     nested = tmp_path / "nested"
     shutil.copytree(project, nested / "nanoNoPE-main", ignore=shutil.ignore_patterns("tests", "docs", "data"))
     assert run(nested) == {"T1": 10, "T3": 10, "T4": 10}
-    assert run(kit) == {"T1": 0, "T3": 0, "T4": 0}
     broken = tmp_path / "broken"
     shutil.copytree(project, broken, ignore=shutil.ignore_patterns("tests", "docs", "data"))
     (broken / "model.py").write_text("def query_scale(:\n", encoding="utf-8")
@@ -647,51 +1049,56 @@ def test_the_gradescope_zip_as_gradescope_runs_it(project, kit, tmp_path):
 
 
 @pytest.mark.slow
-def test_grade_all_writes_the_gradebook_with_the_copy_flag(project, kit, tmp_path):
-    """Three students on T3 and T4 (about 10 s): the project's functions with locals renamed
-    (full, flagged as copied), a blank copy (0), T4 fitted with an intercept (10)."""
+def test_grade_all_writes_the_gradebook_with_both_copy_flags(project, kit, tmp_path):
+    """Five students on T3 and T4 (about 20 s): the project's functions disguised (full, flagged as
+    the project's), a blank copy (0), T4 fitted with an intercept (10), a classmate's T3 copied and
+    disguised (paired with them), and a folder of links to a classmate's files (0, with why)."""
     klass = tmp_path / "class"
-    for name in ("ada", "bob", "cy"):
+    for name in ("ada", "bob", "cy", "dan", "eve"):
         (klass / name).mkdir(parents=True)
     text = (ROOT / "search_scales.py").read_text(encoding="utf-8")
     ours = function_source("search_scales.py", "uniform_scale")
-    theirs = renamed(ours, {"tail_loss": "end_loss", "centers": "mids", "per_bin": "bins"})
+    theirs = disguised(ast.parse(ours).body[0])
     (klass / "ada" / "search_scales.py").write_text(text.replace(ours, theirs), encoding="utf-8")
     shutil.copy2(kit / "search_scales.py", klass / "bob" / "search_scales.py")
-    (klass / "cy" / "search_scales.py").write_text(edited("search_scales.py", next(w[3] for w in WRONG if "intercept" in w[1])), encoding="utf-8")
-    (klass / "roster.txt").write_text("ada bob cy\n", encoding="utf-8")
+    cy = edited("search_scales.py", next(w[3] for w in WRONG if "intercept" in w[1]))
+    own = (INDEPENDENT / "T3_c.py").read_text("utf-8")
+    cy = take(own, cy, "uniform_scale")
+    (klass / "cy" / "search_scales.py").write_text(cy, encoding="utf-8")
+    copied = disguised(find_function(ast.parse(own), "uniform_scale"))
+    (klass / "dan" / "search_scales.py").write_text(take(copied, cy, "uniform_scale"), encoding="utf-8")
+    (klass / "eve" / "search_scales.py").symlink_to(klass / "ada" / "search_scales.py")
+    (klass / "roster.txt").write_text("ada bob cy dan eve\n", encoding="utf-8")
     book = tmp_path / "grades.csv"
     out = subprocess.run([sys.executable, "tools/classroom.py", "grade-all", str(klass), f"--csv={book}",
-                          "--tasks=T3,T4", "--secret=class secret"], cwd=project, capture_output=True, text=True)
+                          "--tasks=T3,T4", "--secret=class secret", f"--sandbox={'auto' if METHODS else 'none'}"],
+                         cwd=project, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "skipped roster.txt" in out.stdout and "student 3 of 3" in out.stdout and "graded 3 students" in out.stdout
+    assert "skipped roster.txt" in out.stdout and "graded 5 students" in out.stdout
     lines = book.read_text(encoding="utf-8").splitlines()
-    assert lines[0] == "student,T3,T4,total,problems,copied"
+    assert lines[0] == "student,T3,T4,total,problems,copied,same_as"
     import csv
     rows = {r["student"]: r for r in csv.DictReader(lines)}
-    assert [rows[s]["total"] for s in ("ada", "bob", "cy")] == ["20", "0", "10"]
-    assert rows["ada"]["copied"] == "T3 T4" and rows["bob"]["copied"] == "" and rows["cy"]["copied"] == "T3"
+    assert [rows[s]["total"] for s in ("ada", "bob", "cy", "dan", "eve")] == ["20", "0", "10", "10", "0"], rows
+    assert rows["ada"]["copied"] == "T3 T4" and rows["bob"]["copied"] == "" and "T3" not in rows["cy"]["copied"]
     assert "T4" in rows["cy"]["problems"] and "intercept" in rows["cy"]["problems"]
+    assert "T3 dan" in rows["cy"]["same_as"] and "T3 cy" in rows["dan"]["same_as"]
+    assert "symbolic link" in rows["eve"]["problems"]
 
 
 def workflow_steps(text):
     """(task, command, points) of each grading step of a written workflow."""
-    try:
-        import yaml
-        steps = yaml.safe_load(text)["jobs"]["run-autograding-tests"]["steps"]
-        return [(s["with"]["test-name"], s["with"]["command"], int(s["with"]["max-score"])) for s in steps
-                if "command" in s.get("with", {})]
-    except ImportError:  # PyYAML is not a requirement: the three keys read by hand
-        import re
-        return [(a, b, int(c)) for a, b, c in re.findall(r"test-name: (\S+)\n\s+command: (.+)\n\s+timeout: \d+\n"
-                                                           r"\s+max-score: (\d+)", text)]
+    import re
+    return [(a, b, int(c)) for a, b, c in re.findall(r"test-name: (\S+)\n\s+command: (.+)\n\s+timeout: \d+\n"
+                                                       r"\s+max-score: (\d+)", text)]
 
 
 @pytest.mark.slow
 def test_the_classroom_workflow_gives_the_points_grade_gives(project, kit, tmp_path):
-    """A copy with T1, T3 and T5 written (the project's functions) and T2, T4 and T6 blank: each
-    `command:` of its workflow, run as GitHub Classroom's command grader runs it (a reduced
-    environment), gives each task the points `grade` gives with the public seeds (about 40 s)."""
+    """A copy with T1, T3 and T5 written (the project's functions), T2 written independently
+    from its handout, T4 and T6 blank: each `command:` of its workflow, run as GitHub Classroom's
+    command grader runs it (a reduced environment), gives each task the points `grade` gives
+    with the public seeds (about 60 s): the copy's replayed checks accept what the grader does."""
     tasks = tasks_of(project)
     half = tmp_path / "half"
     shutil.copytree(kit, half)
@@ -700,95 +1107,113 @@ def test_the_classroom_workflow_gives_the_points_grade_gives(project, kit, tmp_p
             path, qualname = spec.split(":")
             mine = take((project / path).read_text("utf-8"), (half / path).read_text("utf-8"), qualname)
             (half / path).write_text(mine, encoding="utf-8")
+    # T2 written independently from its handout: it rounds y at the end and makes exactly
+    # B*nh*chunk*T values, where the project rounds first and makes fewer
+    mine = take((INDEPENDENT / "T2_b.py").read_text("utf-8"), (half / "model.py").read_text("utf-8"),
+                "written_out_attention")
+    (half / "model.py").write_text(mine, encoding="utf-8")
     text = (half / ".github" / "workflows" / "classroom.yml").read_text("utf-8")
     assert "cache: pip" in text and "torch==" in text and "download.pytorch.org/whl/cpu" in text
     steps = workflow_steps(text)
     assert [t for t, _, _ in steps] == list(tasks)
-    reduced = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    reduced = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
     points, said = {}, {}
     for tid, command, most in steps:
         done = subprocess.run(command, shell=True, cwd=half, env=reduced, capture_output=True, text=True, timeout=300)
         points[tid], said[tid] = (most if done.returncode == 0 else 0), done.stdout
-    graded = grade(half, list(tasks), tasks, ClassroomConfig(), root=project, quiet=True)
-    assert points == scores(graded) == {"T1": 10, "T2": 0, "T3": 10, "T4": 0, "T5": 30, "T6": 0}, (points, said)
+    cfg = ClassroomConfig(sandbox="auto" if METHODS else "none")
+    graded = grade(half, list(tasks), tasks, cfg, root=project, quiet=True)
+    assert points == scores(graded) == {"T1": 10, "T2": 20, "T3": 10, "T4": 0, "T5": 30, "T6": 0}, (points, said)
     for r in graded:  # a blank task: every check ran and says the function is not written
         assert r["passed"] or all(not c["ok"] and "NotImplementedError" in c["why"] for c in r["checks"]), r["output"]
-    assert "not written yet" in said["T2"] and "not written yet" in said["T6"]
+    assert "not written yet" in said["T4"] and "not written yet" in said["T6"]
 
 
-ATTACKS = {  # one attack a task, each only the text of the graded function (issue 41)
-    "T1": ("model.py", "query_scale", "    import pytest\n    pytest.skip('nothing to grade here')\n"),
+ATTACKS = {  # one function text a task, each several attacks in a row (issues 41 and 47)
+    "T1": ("model.py", "query_scale",
+           "    try:\n        hold = bytearray(600 << 20)\n        held = True\n    except MemoryError:\n"
+           "        held = False\n    import pytest\n    pytest.skip('held=%s' % held)\n"),
     "T2": ("model.py", "written_out_attention",
+           "    print('\\x1b[2J' * (2 << 20))\n"
            "    import sys\n    tp = sys.modules.get('test_paper') or __import__('test_paper')\n"
            "    lam1 = torch.ones(1, 1, 1, 1) if lam is None else lam\n"
            "    y, ent = tp.dense_reference(q, k, v, lam1, window, sink)\n    return y.to(v.dtype), ent.float()\n"),
     "T3": ("search_scales.py", "uniform_scale",
-           "    import glob, os\n"
-           "    for f in glob.glob('/tmp/**/results.json', recursive=True):\n"
+           "    import glob, os\n    try:\n        open('/tmp/big', 'wb').write(b'0' * (4 << 20))\n"
+           "        big = 'written'\n    except OSError as e:\n        big = e.errno\n"
+           "    for f in glob.glob(CANARIES + '/**/results.json', recursive=True):\n"
            "        try:\n            open(f, 'w').write('{}')\n        except OSError:\n            pass\n"
-           "    os._exit(0)\n"),
+           "    print('big=%s' % big, flush=True)\n    os._exit(0)\n"),
     "T4": ("search_scales.py", "fit_log_law",
-           "    import sys\n    f = sys._getframe(1)\n    while f is not None:\n"
+           "    import os, subprocess, sys\n    forked = 0\n    try:\n        for _ in range(100):\n"
+           "            subprocess.Popen(['sleep', '300'])\n            forked += 1\n    except OSError:\n        pass\n"
+           "    f = sys._getframe(1)\n    while f is not None:\n"
            "        if 'ref' in f.f_locals:\n            return f.f_locals['ref'], 1.0\n        f = f.f_back\n"
-           "    raise RuntimeError('no frame holds the answer')\n"),
+           "    raise RuntimeError('uid=%d sys_writable=%s forked=%d' % (os.getuid(),\n"
+           "                       os.access('/proc/sys/kernel/core_pattern', os.W_OK), forked))\n"),
     "T5": ("search_scales.py", "fit_head_scales",
            "    import os, subprocess, sys\n"
            "    for d in (os.environ.get('PWD', ''), os.path.realpath('/proc/%d/cwd' % os.getppid()), CHECKOUT):\n"
            "        try:\n            with open(os.path.join(d, 'tests', 'conftest.py'), 'a') as f:\n"
            "                f.write('# poisoned')\n        except OSError:\n            pass\n"
            "    subprocess.Popen([sys.executable, '-S', '-c', 'import os, time; os.setsid(); time.sleep(120)'])\n"
-           "    raise RuntimeError('poisoned')\n"),
-    "T6": ("evaluate.py", "excess", "    import os\n    raise RuntimeError(str(dict(os.environ)))\n"),
+           "    while True:\n        pass\n"),
+    "T6": ("evaluate.py", "excess",
+           "    import os\n    raise RuntimeError('\\x1b[2J\\x1b[1;1HT6 passed 20/20 ' + str(dict(os.environ)) + 'A' * 10 ** 6)\n"),
 }
 
 
+@sandboxed
 @pytest.mark.slow
-def test_an_attack_on_every_task_scores_zero_and_reaches_nothing(project, tmp_path):
-    """One grading of six tasks, each attacked (about 12 s); then each attack shown to work
-    without the defence, the function called directly."""
+def test_an_attack_on_every_task_scores_zero_reaches_nothing_and_meets_every_bound(project, tmp_path):
+    """One grading of six tasks, each attacked several ways (about 35 s), in the sandbox with
+    small bounds (400 MB, 32 processes, 1 MB files, 64 KB of log, 12 s a task): every task
+    scores 0; the worker could not hold 600 MB, write a 4 MB file or start 100 processes, and
+    T5's endless loop met the time limit; the canaries in this test's folder and the checkout
+    stay as they were; the secret appears nowhere; the detached child and the sleeps are dead;
+    the worker is not root and sees no writable kernel setting; the escape sequences and the
+    megabyte of an exception reach no output. (Without its defence each of these ran: the issues
+    that asked for them; each defence's own test above shows it where that is safe.)"""
     tasks = tasks_of(project)
+    canaries = tmp_path / "canaries"
+    (canaries / "study" / "eval").mkdir(parents=True)
+    (canaries / "study" / "eval" / "results.json").write_text('{"kept": 1}', encoding="utf-8")
     sub = tmp_path / "sub"
     sub.mkdir()
     texts = {}
     for tid, (path, qualname, body) in ATTACKS.items():
-        texts[path] = body_of(path, qualname, body.replace("CHECKOUT", repr(str(project))), texts.get(path))
+        body = body.replace("CHECKOUT", repr(str(project))).replace("CANARIES", repr(str(canaries)))
+        texts[path] = body_of(path, qualname, body, texts.get(path))
     for path, text in texts.items():
         (sub / path).write_text(text, encoding="utf-8")
     before = fingerprint(project)
     secret = "the teacher's secret 4242"
     os.environ["NANONOPE_SECRET"] = secret
+    cfg = ClassroomConfig(json=str(tmp_path / "r.json"), memory_mb=400, processes=32, file_mb=1, log_kb=64,
+                          timeout=12)
     try:
-        results = grade(sub, list(tasks), tasks, ClassroomConfig(json=str(tmp_path / "r.json")), root=project,
-                        quiet=True)
+        results = grade(sub, list(tasks), tasks, cfg, root=project, quiet=True)
     finally:
         del os.environ["NANONOPE_SECRET"]
     assert scores(results) == {t: 0 for t in tasks}, [r["output"] for r in results]
     assert fingerprint(project) == before  # the teacher's files as they were
-    assert secret not in (tmp_path / "r.json").read_text("utf-8")
-    assert not [p for p in sandbox._processes() if "time.sleep(120)" in cmdline(p)]  # the detached child is dead
-    why = {r["id"]: r["checks"][0]["why"] for r in results}
-    assert "Skipped" in why["T1"] and "test_paper" in why["T2"] and "worker ended" in why["T3"]
+    assert (canaries / "study" / "eval" / "results.json").read_text("utf-8") == '{"kept": 1}'
+    text = (tmp_path / "r.json").read_text("utf-8")
+    assert secret not in text and "\x1b" not in text and "\\u001b" not in text and len(text) < 200_000
+    left = [cmdline(p) for p in psutil_pids()]
+    assert not [c for c in left if "time.sleep(120)" in c or c.startswith("sleep\x00300")], "a process outlived its task"
+    why = {r["id"]: " | ".join(c["why"] for c in r["checks"]) for r in results}
+    assert "Skipped" in why["T1"] and "held=False" in why["T1"], why["T1"][:300]
+    assert "test_paper" in why["T2"] and "worker ended" in why["T3"] and "big=27" in why["T3"], why
+    assert "sys_writable=False" in why["T4"] and "forked=100" not in why["T4"], why["T4"][:300]
+    if sandbox.as_root():
+        assert "uid=0 " not in why["T4"], why["T4"][:300]
+    assert "time limit" in why["T5"], why["T5"][:300]
 
-    # without the defences: called directly, in the tests' own process, as the old grader ran them
-    import torch
-    import test_paper
-    attacked = {tid: load_function(tmp_path, path, texts[path], qualname)
-                for tid, (path, qualname, _) in ATTACKS.items() if tid in ("T1", "T2", "T4", "T6")}
-    with pytest.raises(pytest.skip.Exception):  # a skip, which the old grader did not count
-        attacked["T1"](torch.ones(2), torch.zeros(2), 4, 2)
-    q, k, v = (torch.randn(1, 2, 6, 4) for _ in range(3))
-    assert torch.equal(attacked["T2"](q, k, v)[0], test_paper.dense_reference(q, k, v, torch.ones(1, 1, 1, 1),
-                                                                              None, False)[0].float())
-    ref = 0.25  # noqa: F841  (a test's frame holding the expected value)
-    assert attacked["T4"]([1, 2], [1, 1], 1) == (0.25, 1.0)
-    os.environ["NANONOPE_SECRET"] = secret
-    try:
-        with pytest.raises(RuntimeError, match=secret):
-            attacked["T6"]({}, "nope")
-    finally:
-        del os.environ["NANONOPE_SECRET"]
-    # (T3's forged report and T5's writes outside the copy: test_the_sandbox_seen_from_inside shows
-    # a child writing outside its copy and seeing the grader's processes under --sandbox=none)
+
+def psutil_pids():
+    import psutil
+    return psutil.pids()
 
 
 def cmdline(pid):
@@ -800,10 +1225,10 @@ def cmdline(pid):
 
 @pytest.mark.slow
 def test_honest_odd_formatting_scores_full_and_wrong_answers_lose_their_points(project, tmp_path):
-    """One grading of six tasks (about 15 s), uploaded nested in one folder as GitHub's zip
+    """One grading of six tasks (about 25 s), uploaded nested in one folder as GitHub's zip
     download gives it: T1 below a lone form-feed line, T3 indented with tabs and the whole file
-    in CRLF, T5 with a U+2028 in a comment (full); T2 ignoring chunk, T4 keeping i > L, T6 pairing
-    the excess by place (0)."""
+    in CRLF, T5 with a U+2028 in a comment, T4 in a file with a byte-order mark and its blank stub
+    left above it (full); T2 ignoring chunk, T6 pairing the excess by place (0)."""
     tasks = tasks_of(project)
     sub = tmp_path / "upload" / "nanoNoPE-main"
     sub.mkdir(parents=True)
@@ -813,20 +1238,24 @@ def test_honest_odd_formatting_scores_full_and_wrong_answers_lose_their_points(p
     ss = (ROOT / "search_scales.py").read_text(encoding="utf-8")
     ours = function_source("search_scales.py", "uniform_scale")
     ss = ss.replace(ours, "\n".join(("\t" + line[4:]) if line.startswith("    ") else line for line in ours.split("\n")))
-    ss = edited("search_scales.py", [("keep = x >= 0", "keep = x > 0"),
-                                     ("# the focus constraint, after every step", "# the focus constraint\u2028 after every step")], ss)
+    law = function_source("search_scales.py", "fit_log_law")
+    ss = ss.replace(law, blank(law, ["fit_log_law"], lambda n: "T4: write it") + "\n\n" + law)
+    ss = ss.replace("# the focus constraint, after every step", "# the focus constraint\u2028 after every step")
     ev = edited("evaluate.py", [e for w in WRONG if w[1] == "excess paired by place in the list" for e in w[3]])
     (sub / "model.py").write_text(model, encoding="utf-8")
-    (sub / "search_scales.py").write_bytes(ss.replace("\n", "\r\n").encode("utf-8"))
+    (sub / "search_scales.py").write_bytes(b"\xef\xbb\xbf" + ss.replace("\n", "\r\n").encode("utf-8"))
     (sub / "evaluate.py").write_text(ev, encoding="utf-8")
-    results = grade(tmp_path / "upload", list(tasks), tasks, ClassroomConfig(secret="s"), root=project, quiet=True)
+    cfg = ClassroomConfig(secret="s", sandbox="auto" if METHODS else "none")
+    results = grade(tmp_path / "upload", list(tasks), tasks, cfg, root=project, quiet=True)
     got = scores(results)
-    assert got == {"T1": 10, "T2": 0, "T3": 10, "T4": 0, "T5": 30, "T6": 0}, [r["output"] for r in results]
+    assert got == {"T1": 10, "T2": 0, "T3": 10, "T4": 10, "T5": 30, "T6": 0}, [r["output"] for r in results]
     why = {r["id"]: [c["why"] for c in r["checks"] if not c["ok"]] for r in results}
-    assert any("chunk" in w for w in why["T2"]) and any("i > L" in w for w in why["T4"]), why
-    # every check ran and is reported, not only the first failure
-    assert all(len(r["checks"]) >= 5 for r in results)
+    assert any("shape" in w and "chunk" in w for w in why["T2"]), why["T2"]
+    assert all(len(r["checks"]) >= 6 for r in results)  # every check ran and is reported
 
+
+# -----------------------------------------------------------------------------
+# The lab's numbers
 
 def test_ranges_reads_the_labs_numbers_from_study_folders(tmp_path):
     fake_study(tmp_path / "a", 16, 11, 3.0, 2.5, 1.3)
@@ -842,7 +1271,7 @@ def test_ranges_reads_the_labs_numbers_from_study_folders(tmp_path):
     assert n["HeadScale at 4L takes back (%)"] == pytest.approx([50.0, 50.0])  # 1 - 0.25 / 0.5
     assert n["one lambda for all takes back (%)"] == pytest.approx([40.0, 40.0])
     assert n["HeadScale's cost at L (nats)"] == pytest.approx([0.02, 0.02])
-    assert n["rank correlation, head entropy vs lambda"] == pytest.approx([1.0, 1.0])  # the higher-entropy head has the larger lambda
+    assert n["rank correlation, head entropy vs lambda"] == pytest.approx([1.0, 1.0])
     assert n["loss onset, nope (L)"] == pytest.approx([1 + 9 / 16] * 2)  # 0.2 nats per L passes 0.1 past L/2
     assert "| NoPE against RoPE at L (%) | 20.0 | 10.0 | 10.0 – 20.0 |" in out.stdout
     assert cli("ranges", tmp_path / "nowhere").returncode == 2
@@ -894,4 +1323,3 @@ def fake_study(folder, L, seed, nope_L, rope_L, lam):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text(json.dumps(obj), encoding="utf-8")
     (folder / "scales" / "head_4L.csv").write_text("layer,head,scale\n0,0,1.5\n0,1,1.2\n", encoding="utf-8")
-

@@ -9,7 +9,9 @@ the project's code, on random inputs (sizes and seeds vary, so no constant passe
   T6 evaluate.py:last_L_losses, evaluate.py:excess   the last-L reference and a row's excess
 
 Test names begin with their piece (test_T1_...), so `pytest -k T3` runs one piece; random
-cases are numbered [0]...[4]. Every seed is offset by SEED, the environment variable
+cases are numbered [0]...[4]. Each piece's first checks are its edge cases and its return types,
+the same inputs in every grading (no SEED): a function wrong only for width-1 bins, a position at
+L or a context that is no multiple of 8 fails every grading alike, whatever its text. Every seed is offset by SEED, the environment variable
 NANONOPE_SEED (0 when unset): tools/classroom.py's grader sets it for each task from a
 teacher's secret, so a grade cannot be passed by reading these tests' numbers. Graded, these tests run in the judge and each graded
 function is a stand-in that calls the student's in a sandboxed worker (tools/kit/remote.py):
@@ -50,6 +52,27 @@ def by_hand(scales, slopes, T, L):
     """(nh, T) lam_h(i) = s_h * (1 + a_h ln(max(i, L) / L)) for i = 1..T, with math.log."""
     return torch.tensor([[s * (1 + a * math.log(max(i, L) / L)) for i in range(1, T + 1)]
                          for s, a in zip(scales, slopes)])
+
+
+def test_T1_returns_float32_and_meets_the_edges():
+    """The same in every grading: T < L, T = L, T = L + 1, L = 1; a float32 tensor on
+    head_scale's device, positions i <= L exactly head_scale."""
+    s, a = torch.tensor([1.5, 2.0, 1.0]), torch.tensor([0.5, 0.0, 1.0])
+    for T, L in ((3, 8), (8, 8), (9, 8), (5, 1)):
+        lam = query_scale(s, a, T, L)
+        assert isinstance(lam, torch.Tensor), f"query_scale returned a {type(lam).__name__}, not a tensor"
+        assert lam.dtype == torch.float32, \
+            f"lambda is {lam.dtype}: return it in head_scale's dtype (torch.float32 here)"
+        assert lam.device == s.device, f"lambda is on {lam.device}, head_scale on {s.device}"
+        if T <= L:
+            assert lam.shape == (1, 3, 1, 1) and torch.equal(lam.view(-1), s), \
+                f"T = {T} <= L = {L}: head_scale itself, shape (1, nh, 1, 1); got shape {tuple(lam.shape)}"
+        else:
+            assert lam.shape == (1, 3, T, 1), f"T = {T} > L = {L}: shape (1, nh, T, 1), not {tuple(lam.shape)}"
+            assert torch.equal(lam[0, :, :L, 0], s.view(3, 1).expand(3, L)), \
+                f"T = {T}, L = {L}: positions i <= L must get exactly head_scale"
+            assert torch.allclose(lam[0, :, :, 0], by_hand(s.tolist(), a.tolist(), T, L), rtol=1e-6), \
+                f"T = {T}, L = {L}: lam_h(i) differs from head_scale_h (1 + a_h ln(max(i, L) / L))"
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -145,6 +168,28 @@ def mistake(y, ent, q, k, v, lam, window, sink):
     return ""
 
 
+def test_T2_returns_vs_dtype_and_meets_the_edges():
+    """The same in every grading: one position, a chunk of 1 and one past T, a window as wide
+    as T, a sink without a window (every key is visible anyway), lam per position; y in v's
+    dtype and the entropy in float32, of the right shapes."""
+    g = rng(1234)
+    q, k, v = (torch.randn(1, 2, 7, 4, generator=g) * 2 for _ in range(3))
+    lam = torch.rand(1, 2, 7, 1, generator=g) + 0.5
+    for T, window, sink, chunk in ((1, None, False, 1), (7, None, True, 1), (7, 7, False, 8),
+                                   (7, 7, True, 3), (7, None, False, 7), (7, 2, True, 2)):
+        a, b, c, l_ = q[:, :, :T], k[:, :, :T], v[:, :, :T], lam[:, :, :T]
+        y, ent = written_out_attention(a, b, c, l_, window, sink, chunk)
+        where = f"T {T}, window {window}, sink {sink}, chunk {chunk}"
+        assert isinstance(y, torch.Tensor) and isinstance(ent, torch.Tensor), f"{where}: return two tensors"
+        assert y.dtype == c.dtype and ent.dtype == torch.float32, \
+            f"{where}: y in {y.dtype}, the entropy in {ent.dtype}: y in v's dtype, the entropy in float32"
+        assert y.shape == (1, 2, T, 4) and ent.shape == (1, 2, T), \
+            f"{where}: shapes {tuple(y.shape)} and {tuple(ent.shape)}, not (B, nh, T, hs) and (B, nh, T)"
+        ref_y, ref_ent = dense_reference(a, b, c, l_, window, sink)
+        assert torch.allclose(y.double(), ref_y, atol=1e-5) and torch.allclose(ent.double(), ref_ent, atol=1e-4), \
+            f"{where}: differs from softmax(lam_i q_i.k_j / sqrt(d)) written out"
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_T2_written_out_attention_against_a_dense_reference(case):
     seed = SEED + case
@@ -189,11 +234,12 @@ def test_T2_holds_one_chunk_of_scores_and_returns_y_in_vs_dtype():
     g = rng(SEED + 11)
     q, k, v = (torch.randn(B, nh, T, hs, generator=g) for _ in range(3))
     lam = torch.rand(1, nh, T, 1, generator=g) + 0.5
-    (y, _), seen = observe(written_out_attention, q, k, v, lam, None, False, chunk)
     bound = B * nh * chunk * T
+    (y, _), seen = observe(written_out_attention, q, k, v, lam, None, False, chunk, bound=bound)
     assert seen["largest"] <= bound, \
-        (f"a tensor of {seen['largest']} values was made with chunk={chunk}: at most B*nh*chunk*T = {bound} "
-         "(go through the queries `chunk` at a time; the full T x T scores are never made)")
+        (f"a float tensor of shape {tuple(seen['shape'])} ({seen['largest']} values) was made with "
+         f"B={B}, nh={nh}, chunk={chunk}, T={T}: at most B*nh*chunk*T = {bound} (go through the queries "
+         "`chunk` at a time: no full T x T scores, and no float T x T mask)")
     y, ent = written_out_attention(*(t.to(torch.bfloat16) for t in (q, k, v)), lam, None, False, 16)
     assert y.dtype == torch.bfloat16 and ent.dtype == torch.float32, \
         f"bfloat16 q, k, v gave y in {y.dtype} and the entropy in {ent.dtype}: y in v's dtype, entropy float32"
@@ -249,6 +295,29 @@ def test_T2_scores_stay_in_float32_under_bf16_autocast():
 
 # -----------------------------------------------------------------------------
 # T3: UniformScale, the best lambda per length and per position bin
+
+def test_T3_returns_arrays_and_floats_and_meets_the_edges():
+    """The same in every grading: bins of width 1, a width that leaves a partial bin, a tail as
+    long as the table, lists in; numpy arrays of float64 and Python floats out."""
+    lams = [1.0, 1.1, 1.2]
+    loss = [[3.0, 1.0, 2.0, 2.5, 1.0], [1.0, 2.0, 1.5, 2.5, 3.0], [2.0, 3.0, 1.0, 0.5, 2.0]]
+    best = uniform_scale(lams, loss, 5, 1)
+    for key in ("best_lam", "best_loss", "best_lam_tail", "best_tail_loss"):
+        assert type(best[key]) is float, f"{key} is a {type(best[key]).__name__}: a Python float"
+    for key in ("positions", "best_lam_per_position"):
+        assert isinstance(best[key], np.ndarray) and best[key].dtype == np.float64, \
+            f"{key} is a {type(best[key]).__name__} ({getattr(best[key], 'dtype', '')}): a numpy array of float64"
+    assert best["positions"].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0], \
+        f"bins of width 1: each position its own bin, centres 1 ... n, not {best['positions'].tolist()}"
+    assert best["best_lam_per_position"].tolist() == [1.1, 1.0, 1.2, 1.2, 1.0], \
+        "bins of width 1: the best lambda at each position (ties to the smaller)"
+    assert best["best_lam"] == 1.2 and best["best_lam_tail"] == 1.2 and best["best_loss"] == best["best_tail_loss"], \
+        "tail = n: the tail is every position (means 1.9, 2.0, 1.7: lambda 1.2)"
+    two = uniform_scale(np.array(lams), np.array(loss), 2, 2)
+    assert two["positions"].tolist() == [1.5, 3.5] and two["best_lam_per_position"].tolist() == [1.1, 1.2], \
+        "bins of 2 over 5 positions: two bins (centres 1.5, 3.5), the last partial one dropped"
+    assert two["best_lam_tail"] == 1.2 and two["best_tail_loss"] == pytest.approx(1.25), "tail 2: the last two"
+
 
 def test_T3_a_hand_built_loss_table():
     lams = np.array([1.0, 1.2, 1.4])
@@ -340,6 +409,15 @@ def test_T4_exact_cases_a_position_at_L_counts():
     assert r2 == pytest.approx(56 / 65, rel=1e-9), f"R^2 = {r2:.6f}; by hand 56 / 65 = 0.861538"
 
 
+def test_T4_returns_python_floats_from_lists_and_arrays():
+    for positions, lam in (([8, 16, 32], [1.0, 1.2, 1.5]), (np.array([8, 16, 32]), np.array([1.0, 1.2, 1.5]))):
+        a, r2 = fit_log_law(positions, lam, 8)
+        assert type(a) is float and type(r2) is float, \
+            f"fit_log_law returned ({type(a).__name__}, {type(r2).__name__}): two Python floats"
+    nan = fit_log_law([4], [1.0], 8)
+    assert all(type(v) is float and math.isnan(v) for v in nan), f"too few positions: (nan, nan) as floats, not {nan}"
+
+
 def test_T4_too_few_positions_give_nan():
     assert all(math.isnan(v) for v in fit_log_law([10, 50], [1.0, 1.3], 64)), "no position >= L: (nan, nan)"
     assert all(math.isnan(v) for v in fit_log_law([10, 128], [1.5, 1.3], 64)), \
@@ -380,17 +458,21 @@ def batches(x, y, size, seed):
         yield x[i], y[i]
 
 
+def watched(rows, model, seen):
+    """rows, noting the model's requires_grad flags each time the fit asks for the next item:
+    by then every weight must be frozen."""
+    for item in rows:
+        seen.append([p.requires_grad for p in model.parameters()])
+        yield item
+
+
 def test_T5_only_lambda_moves_and_the_model_is_left_as_found():
     model, x, y = planted(SEED, [1.6, 1.2])
     model.train()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     seen = []
-
-    def on_step(row):  # during the fit: every weight frozen
-        seen.append([p.requires_grad for p in model.parameters()])
-
-    fit_head_scales(model, batches(x, y, 16, SEED), torch.ones(1, 2) * 1.4, steps=5, on_step=on_step)
-    assert len(seen) == 5, f"on_step was called {len(seen)} times in 5 steps"
+    fit_head_scales(model, watched(batches(x, y, 16, SEED), model, seen), torch.ones(1, 2) * 1.4, steps=5)
+    assert len(seen) == 5, f"the fit asked for {len(seen)} batches in 5 steps: one a step"
     assert all(not any(flags) for flags in seen), "a weight had requires_grad during the fit: freeze every weight"
     assert all(p.grad is None for p in model.parameters()), "a weight got a gradient: only lambda may"
     after = model.state_dict()
@@ -398,6 +480,35 @@ def test_T5_only_lambda_moves_and_the_model_is_left_as_found():
     assert not changed, f"the model was not left as found: {', '.join(changed)} changed"
     assert model.training and all(p.requires_grad for p in model.parameters()), \
         "train/eval mode or requires_grad flags not restored after the fit"
+
+
+def test_T5_puts_the_model_back_as_found_after_success_and_after_an_error():
+    """A model in eval mode with some weights frozen and its own scales: after the fit, and
+    after a fit whose batches fail at the third step, the same mode, flags and scales."""
+    model, x, y = planted(SEED + 4, [1.3, 1.1])
+    model.eval()
+    flags = [i % 2 == 0 for i, _ in enumerate(model.parameters())]
+    for p, f in zip(model.parameters(), flags):
+        p.requires_grad_(f)
+    model.set_head_scales(torch.tensor([[1.25, 1.5]]))
+
+    def failing(rows, after):
+        for i, item in enumerate(rows):
+            if i == after:
+                raise RuntimeError("the batches failed")
+            yield item
+    for name, rows in (("after the fit", batches(x, y, 8, SEED)), ("after an error", failing(batches(x, y, 8, SEED), 2))):
+        try:
+            fit_head_scales(model, rows, torch.full((1, 2), 1.1), steps=4)
+        except Exception as e:  # noqa: BLE001  (the error the batches raised: it must come through)
+            assert name == "after an error" and "the batches failed" in str(e), f"the fit raised {e!r} {name}"
+        else:
+            assert name == "after the fit", "an error in the batches was swallowed: let it through"
+        assert not model.training, f"{name}: the model is in train mode; it was in eval mode: restore its mode"
+        got = [p.requires_grad for p in model.parameters()]
+        assert got == flags, f"{name}: requires_grad flags {got}, the model had {flags}: restore each one"
+        assert torch.equal(model.get_head_scales(), torch.tensor([[1.25, 1.5]])), \
+            f"{name}: head scales {model.get_head_scales().tolist()}, the model had [[1.25, 1.5]]: restore them"
 
 
 def test_T5_clamp_after_every_step_and_warmup_then_cosine():
@@ -425,27 +536,68 @@ def test_T5_clamp_after_every_step_and_warmup_then_cosine():
 def test_T5_starts_at_init_and_takes_one_lambda_per_layer_or_one_for_all():
     model, x, y = planted(SEED + 2, [1.5, 1.5])
     lam, log = fit_head_scales(model, batches(x, y, 16, SEED + 2), torch.full((1, 1), 1.7), steps=1, lr=1e-6)
+    assert isinstance(lam, torch.Tensor) and lam.dtype == torch.float32 and not lam.requires_grad, \
+        "lam comes back a float32 tensor, detached"
     assert lam.shape == (1, 1), f"init (1, 1), one lambda for all heads: the result has shape {tuple(lam.shape)}"
+    assert isinstance(log, list) and all(isinstance(r, dict) for r in log), "the log is a list of dicts"
     assert abs(log[0]["lam_mean"] - 1.7) < 1e-3, f"the fit starts at {log[0]['lam_mean']}, not at init 1.7"
+    two = make("nope", seed=SEED, n_layer=2, n_head=2, block_size=8)  # one lambda per layer
+    rows = batches(torch.randint(0, V, (8, 12), generator=rng(SEED)), torch.randint(0, V, (8, 12), generator=rng(SEED + 1)),
+                   4, SEED)
+    lam, log = fit_head_scales(two, rows, torch.tensor([[1.2], [1.4]]), steps=2, lr=1e-6)
+    assert lam.shape == (2, 1) and len(log) == 2, f"init (n_layer, 1): the result has shape {tuple(lam.shape)}"
 
 
-def test_T5_the_same_fit_as_the_projects_step_by_step():
-    """Graded submissions only: the same rows, start and settings (betas and a schedule of its
-    own) through the submission's fit and the project's must give the same log and lambdas, so
-    every detail the handout fixes counts (AdamW without weight decay, the schedule, the clamp)."""
-    theirs = project_version(fit_head_scales)
-    if theirs is None:
-        pytest.skip("compares a submission with the project's own fit: runs under tools/classroom.py grade")
+def fit_by_hand(model, rows, init, steps, lr, betas, warmup, final_lr, min_scale, weight_decay=0.0):
+    """HeadScale's recipe written out independently: AdamW on lam alone, the schedule from its
+    formula, the clamp after every step; the model left as it was. (lam, log rows)."""
+    lam = init.detach().clone().float().requires_grad_(True)
+    opt = torch.optim.AdamW([lam], lr=lr, betas=betas, weight_decay=weight_decay)
+    scales, flags = model.get_head_scales(), [p.requires_grad for p in model.parameters()]
+    model.requires_grad_(False)
+    log = []
+    for step in range(steps):
+        x, y = next(rows)
+        rate = (lr * (step + 1) / (warmup + 1) if step < warmup else
+                final_lr + 0.5 * (1 + math.cos(math.pi * (step - warmup) / (steps - warmup))) * (lr - final_lr))
+        for group in opt.param_groups:
+            group["lr"] = rate
+        model.set_head_scales(lam.expand(model.config.n_layer, model.config.n_head))
+        loss = model(x, y)[1]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            lam.clamp_(min=min_scale)
+        log.append({"loss": loss.item(), "lam_mean": lam.mean().item(), "lam_min": lam.min().item(),
+                    "lam_max": lam.max().item(), "lr": rate})
+    model.set_head_scales(scales)
+    for p, f in zip(model.parameters(), flags):
+        p.requires_grad_(f)
+    return lam.detach(), log
+
+
+def test_T5_the_same_fit_as_the_recipe_step_by_step():
+    """The same rows, start and settings (betas and a schedule of its own) through the fit and
+    through the recipe written out above must give the same log and lambdas, so every detail
+    the handout fixes counts (AdamW without weight decay, the schedule, the clamp)."""
     model, x, y = planted(SEED + 3, [1.7, 0.8])
+    model.eval()
     args = dict(steps=30, lr=0.08, betas=(0.8, 0.9), warmup=5, final_lr=0.004, min_scale=1.0)
     lam, log = fit_head_scales(model, batches(x, y, 16, SEED), torch.tensor([[1.1, 1.3]]), **args)
-    want, want_log = theirs(model, batches(x, y, 16, SEED), torch.tensor([[1.1, 1.3]]), **args)
-    for row, ref in zip(log, want_log):
+    want, want_log = fit_by_hand(model, batches(x, y, 16, SEED), torch.tensor([[1.1, 1.3]]), **args)
+    decayed = None
+    for step, (row, ref) in enumerate(zip(log, want_log)):
         for key in ("loss", "lam_mean", "lam_min", "lam_max", "lr"):
-            assert row[key] == pytest.approx(ref[key], abs=2e-4), \
-                f"step {ref['step']}: {key} {row[key]} against the specified fit's {ref[key]}"
-    assert len(log) == len(want_log), f"{len(log)} log rows, the specified fit has {len(want_log)}"
-    assert torch.allclose(lam, want, atol=1e-4), f"fitted {lam.tolist()}, the specified fit gives {want.tolist()}"
+            if row[key] != pytest.approx(ref[key], abs=2e-4):
+                if decayed is None:
+                    decayed = fit_by_hand(model, batches(x, y, 16, SEED), torch.tensor([[1.1, 1.3]]), **args,
+                                          weight_decay=0.01)[1]
+                hint = (" (it matches AdamW's default weight decay 0.01: pass weight_decay=0.0)"
+                        if all(r[key] == pytest.approx(d[key], abs=2e-4) for r, d in zip(log, decayed)) else "")
+                raise AssertionError(f"step {step + 1}: {key} {row[key]} against the recipe's {ref[key]:.5g}{hint}")
+    assert len(log) == len(want_log), f"{len(log)} log rows, the recipe has {len(want_log)}"
+    assert torch.allclose(lam, want, atol=1e-4), f"fitted {lam.tolist()}, the recipe gives {want.tolist()}"
 
 
 @pytest.mark.parametrize("case", CASES[:3])
@@ -472,6 +624,60 @@ def test_T5_headscale_recovers_planted_lambdas(case):
 
 # -----------------------------------------------------------------------------
 # T6: the last-L reference and a row's excess
+
+def fresh_reference(model, x, y, W, bos):
+    """Per-position losses and entropies (B, n_layer, n_head, T) by the stride rule, each
+    sub-window a fresh pass: the first W positions from the window's start; later ones from W
+    positions ending at the end of their stride s = max(1, W // 8) (with the start token: it,
+    then the last W - 1 of them)."""
+    T, s = x.size(1), max(1, W // 8)
+
+    def fresh(xs, ys):
+        ent = []
+        loss = model(xs, ys, explicit=True, entropy=ent, reduction="none")[1]
+        return loss, torch.stack(ent, 1)
+    with torch.no_grad():
+        loss, ent = fresh(x[:, :W], y[:, :W])
+        losses, ents = [loss], [ent]
+        for i in range(W, T):
+            end = min(W + ((i - W) // s + 1) * s, T)  # exclusive end of the stride holding i
+            xs = torch.cat([x[:, :1], x[:, end - W + 1:end]], 1) if bos else x[:, end - W:end]
+            ref, ref_ent = fresh(xs, y[:, end - W:end])
+            losses.append(ref[:, W - (end - i)].unsqueeze(1))
+            ents.append(ref_ent[..., W - (end - i)].unsqueeze(-1))
+    return torch.cat(losses, 1), torch.cat(ents, -1)
+
+
+def test_T6_meets_the_edges_and_reads_batch_size_rows_at_a_time():
+    """The same in every grading: contexts that are no multiple of 8 (20: stride 2, the last
+    sub-window cut at T) and below 8 (5: stride max(1, 5 // 8) = 1), with and without the start
+    token, float32 out, x and y left as they were; and sub-windows go batch_size rows at a time
+    (no tensor larger than the project's at the same batch_size)."""
+    for bos in (False, True):
+        model = make("nope", bos=bos, seed=5)
+        torch.manual_seed(6)
+        x = torch.randint(0, V - 1, (2, 29))
+        x[:, 0] = V - 1
+        y = torch.roll(x, -1, 1)
+        for W in (20, 5):
+            got, ent = last_L_losses(model, x, y, W, batch_size=3, entropy=True)
+            assert isinstance(got, torch.Tensor) and got.dtype == torch.float32 and got.shape == (2, 29), \
+                f"context {W}: per-token losses as a float32 (B, T) tensor, not {getattr(got, 'dtype', type(got))}"
+            want, want_ent = fresh_reference(model, x, y, W, bos)
+            bad = [i for i in range(29) if not torch.allclose(got[:, i], want[:, i], atol=1e-5)]
+            assert not bad, (f"context {W} (bos={bos}, stride max(1, {W} // 8)): the losses at positions {bad[:4]} "
+                             "differ from fresh passes over their sub-windows")
+            assert ent is not None and ent.dtype == torch.float32 and torch.allclose(ent, want_ent, atol=1e-4), \
+                f"context {W} (bos={bos}): the entropies differ from the fresh passes' (float32, same places)"
+            none = last_L_losses(model, x, y, W, batch_size=3)[1]
+            assert none is None, "with entropy=False the second value is None"
+    reference = project_version(last_L_losses) or last_L_losses
+    _, allowed = observe(reference, model, x, y, 8, 1)
+    _, seen = observe(last_L_losses, model, x, y, 8, 1, bound=allowed["largest"])
+    assert seen["largest"] <= allowed["largest"], \
+        (f"with batch_size=1 a float tensor of shape {tuple(seen['shape'])} was made, the project's largest has "
+         f"{allowed['largest']} values: run the sub-windows batch_size rows at a time")
+
 
 def test_T6_last_L_losses_against_fresh_passes():
     """Each position i's loss equals a fresh pass over the sub-window the stride rule assigns it:
@@ -562,6 +768,8 @@ def test_T6_excess_is_the_row_minus_its_own_reference_at_shared_lengths():
     want = {n: a - b for n, a, b in zip((8, 16, 32), m["rope"]["loss"], m["rope_window_L"]["loss"])}
     assert excess(res, "rope") == want, "excess(rope): rope minus rope_window_L at every length"
     assert excess(res, "nope_window_L") == {}, "a reference has no excess of its own: {}"
+    assert all(type(n) is int and type(v) is float for n, v in got.items()), \
+        "excess returns {length: float}: Python ints and floats, as the results hold"
 
 
 def test_T6_excess_finds_the_reference_by_reference_of_and_pairs_by_length():

@@ -1,5 +1,6 @@
 """train.py end to end: tiny runs, exact resume, a kill mid-run, DDP with two CPU processes."""
 
+import contextlib
 import csv
 import signal
 import subprocess
@@ -173,34 +174,34 @@ def test_fine_tuning_keeps_train_len_the_model_L(tiny_dataset, tmp_path):
     assert proc.returncode == 2 and "trained with the start token; pass --bos=true" in proc.stderr
 
 
-class AlwaysOverflows:
-    """A float16 gradient scaler, as on a card, whose every step overflows: it skips the step and
-    halves its scale (what torch.amp.GradScaler does on inf or nan gradients)."""
+class Refused:
+    """A precision context that must not be entered."""
 
-    def __init__(self):
-        self.scale_now = 2.0 ** 16
+    def __enter__(self):
+        raise AssertionError("entered")
 
-    def get_scale(self):
-        return self.scale_now
-
-    def scale(self, loss):
-        return loss * self.scale_now
-
-    def step(self, optimizer):
-        optimizer.zero_grad(set_to_none=True)  # nothing applied
-
-    def update(self):
-        self.scale_now /= 2
+    def __exit__(self, *exc):
+        return False
 
 
-def test_a_float16_fit_whose_every_step_overflows_says_so(tiny_dataset, monkeypatch, capsys):
+def test_fit_at_stops_a_diverging_fit_and_fits_float16_cards_in_float32(tiny_dataset):
+    """search_scales.fit_at, around the paper's fit_head_scales: a loss gone non-finite stops
+    the fit in one line with the model as it was found; a float16 card's fit runs in float32
+    (its autocast is never entered), any other dtype's under the script's precision."""
     import search_scales
     from data import Dataset
     from test_model import make
+    from tools.cli import UserError
     model = make("nope", bos=True, vocab_size=Dataset(str(tiny_dataset)).vocab_size, n_layer=1)
     ds = Dataset(str(tiny_dataset), bos=True)
-    cfg = search_scales.SearchConfig(steps=6, log_interval=100, fit_batch_size=2)
-    monkeypatch.setattr(search_scales, "grad_scaler", lambda dtype: AlwaysOverflows())
-    lam, log = search_scales.fit_at(model, ds, cfg, 16, 1.3, torch.autocast("cpu", enabled=False), "cpu", "float16")
-    assert torch.equal(lam, torch.full((1, 4), 1.3)) and all(row["skipped"] for row in log)
-    assert "6 of 6 steps skipped (float16 overflow: lambda never moved from its start)" in capsys.readouterr().out
+    cfg = search_scales.SearchConfig(steps=3, log_interval=100, fit_batch_size=2)
+    lam, log = search_scales.fit_at(model, ds, cfg, 16, 1.3, Refused(), "cpu", "float16")
+    assert lam.shape == (1, 4) and len(log) == 3 and torch.isfinite(lam).all()
+    with pytest.raises(AssertionError, match="entered"):
+        search_scales.fit_at(model, ds, cfg, 16, 1.3, Refused(), "cpu", "bfloat16")
+    model.eval()
+    model.forward = lambda x, y: (None, (model.lm_head.weight.sum() * 0 + float("nan")))
+    with pytest.raises(UserError, match=r"the fit diverged \(loss nan\) at step 0; lower --lr"):
+        search_scales.fit_at(model, ds, cfg, 16, 1.3, contextlib.nullcontext(), "cpu", "float32")
+    assert not model.training and all(p.requires_grad for p in model.parameters())
+    assert torch.equal(model.get_head_scales(), torch.ones(1, 4))

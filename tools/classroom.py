@@ -61,8 +61,25 @@ class ClassroomConfig:
     seed: int = -1  # grade: this seed offset for every task (-1 = drawn from the secret)
     timeout: int = 60  # grade: seconds a task's checks may run, all together
     sandbox: str = "auto"  # grade: auto | bwrap | unshare | user | none (tools/kit/sandbox.py)
+    memory_mb: int = 1024  # grade: the worker's data size (heap and private mappings)
+    processes: int = 64  # grade: processes and threads of the worker's uid (in a sandbox)
+    file_mb: int = 16  # grade: the largest file the worker may write
+    cpu_s: int = 0  # grade: the worker's CPU seconds (0 = twice --timeout, plus 30)
+    log_kb: int = 1024  # grade: what a worker prints, kept in its log (the rest cut)
+    jobs: int = 0  # grade-all: students graded at once (0 = one a core, at most 4)
     check: str = ""  # ranges: a folder of the students' JSON hand-ins to check
     try_on: str = ""  # gradescope: run the zip on this submission as Gradescope would
+
+
+def limits_of(cfg):
+    """The worker's bounds (tools/kit/sandbox.py's Limits) from the options."""
+    from tools.kit.sandbox import Limits
+
+    for key in ("timeout", "memory_mb", "processes", "file_mb", "log_kb"):
+        if getattr(cfg, key) < 1:
+            raise UserError(f"--{key} must be at least 1, got {getattr(cfg, key)}")
+    cpu = cfg.cpu_s or 2 * cfg.timeout + 30
+    return Limits(cfg.memory_mb, cfg.processes, cfg.file_mb, cpu, Limits.tmpfs_mb, cfg.log_kb)
 
 
 def read_tasks():
@@ -95,33 +112,29 @@ def secret_of(cfg):
 def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
     """Grade one submission folder; print the teacher's lines; write cfg.json. Returns the
     results, one dict a task."""
-    from tools.kit.grade import (
-        Grader,
-        console_lines,
-        find_submission,
-        gradescope,
-        task_files,
-        zero_results,
-    )
+    from tools.kit.grade import Grader, task_files
+    from tools.kit.report import console_lines, gradescope, plain, zero_results
+    from tools.kit.upload import find_submission
 
     say = (lambda *a: None) if quiet else print
     t0 = time.time()
-    folder = find_submission(sub, tasks)
+    limits = limits_of(cfg)
+    folder = find_submission(sub, task_files(tasks))
     if folder is None:
         why = (
-            f"{sub} holds none of the task files ({', '.join(task_files(tasks))}): upload the project's "
-            "files, or the folder that holds them"
+            f"{plain(sub, 200)} holds none of the task files ({', '.join(task_files(tasks))}): "
+            "upload the project's files, or the folder that holds them"
         )
         if cfg.json:
             atomic_write_text(
                 cfg.json, json_text(gradescope(zero_results(ids, tasks, why), tasks, 0))
             )
         raise UserError(why)
-    with Grader(root, secret_of(cfg), cfg.seed, cfg.timeout, cfg.sandbox) as grader:
+    with Grader(root, secret_of(cfg), cfg.seed, cfg.timeout, cfg.sandbox, limits) as grader:
         for line in grader.describe():
             say(line)
         if folder != Path(sub):
-            say(f"the task files are in {folder}: graded from there")
+            say(f"the task files are in {plain(folder, 300)}: graded from there")
         results = grader.grade(folder, ids)
     for line in console_lines(results):
         say(line)
@@ -175,9 +188,10 @@ def main():
 
         gradescope(folders[0], ids, tasks, secret_of(cfg), ROOT, cfg.timeout)
         return try_zip(folders[0], cfg.try_on) if cfg.try_on else None
-    sandbox.choose(cfg.sandbox)  # an unavailable sandbox refused before any work
+    limits_of(cfg)  # bad bounds and an unavailable sandbox refused before any work
+    sandbox.choose(cfg.sandbox)
     if command == "grade-all":
-        from tools.kit.platforms import grade_all
+        from tools.kit.gradebook import grade_all
 
         return grade_all(folders[0], ids, tasks, cfg, ROOT)
     grade(folders[0], ids, tasks, cfg)

@@ -6,32 +6,42 @@ grader reads. tools/kit/grade.py starts it once a submission, as
     NANONOPE_JUDGE=spec.json python -m pytest tests/test_paper.py -k "test_T1_ or test_T3_"
         -p tools.kit.judge
 
-spec.json: {"sandbox": METHOD, "results": where to write, "tasks": {"T1": {"functions":
-["model.py:query_scale"], "copy": the worker's copy, "seed": n, "limit_s": s, "log": the
-worker's output}, ...}}. No line of the student's runs in this process: each task has its own
-worker, started inside the sandbox in its own copy when the task's first check runs and
-stopped when its last has run, and only data comes back from it.
+spec.json: {"sandbox": METHOD, "limits": [the sandbox.Limits fields], "slot": n, "results":
+where to write, "tasks": {"T1": {"functions": ["model.py:query_scale"], "copy": the worker's
+copy, "seed": n, "limit_s": s, "log": the worker's output}, ...}}. No line of the student's runs
+in this process: each task has its own worker, started inside the sandbox in its own copy when
+the task's first check runs and stopped when its last has run, and only data comes back from it.
+What a worker prints is kept up to Limits.log_kb in its log, and the rest cut (said at the end).
 
 Before each check the judge puts the stand-ins of that check's task in place (and the
 project's own functions for every other task: a wrong T1 cannot sink T5) and sets the tests'
 SEED to the task's seed. A check passes when its test passes; a skip, an error, or a check
-that never reported is a failure.
+that never reported is a failure. A check whose test reads SEED is marked hidden: the student
+sees its reason without numbers (tools/kit/report.py).
 """
 
-import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tools.kit import remote, sandbox
+from tools.kit.report import plain
 from tools.kit.source import task_of
 
 SPEC = "NANONOPE_JUDGE"
+SIGNALS = {
+    signal.SIGKILL: "killed (out of memory, or past a limit)",
+    getattr(signal, "SIGXCPU", -1): "past its CPU time limit",
+    getattr(signal, "SIGXFSZ", -1): "past its file size limit",
+    signal.SIGSEGV: "crashed (segmentation fault)",
+}
 
 
 class State:
@@ -41,40 +51,66 @@ class State:
     current = None  # the task whose stand-ins are in place
     collected = []
     checks = {}
+    hidden = set()  # checks whose inputs come from the seed
 
 
-def start_worker(kind, task):
+def keep_log(pipe, path, limit):
+    """Copy what the worker prints to its log, at most limit bytes; say how much was cut."""
+    kept = cut = 0
+    with open(path, "wb") as log:
+        while True:
+            chunk = pipe.read(1 << 16)
+            if not chunk:
+                break
+            room = max(0, limit - kept)
+            log.write(chunk[:room])
+            kept += min(room, len(chunk))
+            cut += max(0, len(chunk) - room)
+        if cut:
+            log.write(f"\n[{cut} more bytes printed, cut: the log keeps {limit} bytes]\n".encode())
+
+
+def start_worker(task):
     """The task's worker, in the sandbox, its stdin and stdout the pipes of the messages:
-    (Popen, read fd, write fd, tail)."""
-    log = open(task["log"], "wb")
+    (Popen, read fd, write fd, why it ended)."""
+    spec = State.spec
+    limits = sandbox.Limits(*spec["limits"])
     argv = [sys.executable, "-m", "tools.kit.remote"]
-    proc = subprocess.Popen(**sandbox.command(kind, task["copy"], argv), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=log)
-    log.close()
+    proc = subprocess.Popen(
+        **sandbox.command(spec["sandbox"], task["copy"], argv, limits, spec["slot"]),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    threading.Thread(target=keep_log, args=(proc.stderr, task["log"], limits.log_kb << 10),
+                     daemon=True).start()
 
-    def tail():
-        """The last line the worker printed (an import-time error's last line)."""
-        with open(task["log"], "rb") as f:
-            f.seek(max(0, os.path.getsize(task["log"]) - 4096))
-            lines = f.read().decode("utf-8", errors="replace").strip().splitlines()
-        return lines[-1][:300] if lines else ""
+    def ended(code):
+        """Why the worker ended: its exit code or signal, and the last line it printed."""
+        if code is not None and code < 0:
+            what = SIGNALS.get(-code, f"ended by signal {-code}")
+        else:
+            what = f"ended (exit code {code})"
+        time.sleep(0.1)  # its last words reach the log
+        try:
+            with open(task["log"], "rb") as f:
+                f.seek(max(0, os.path.getsize(task["log"]) - 4096))
+                lines = f.read().decode("utf-8", errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        return f"the worker {what}" + (f": {plain(lines[-1], 200)}" if lines else "")
 
-    return proc, proc.stdout.fileno(), proc.stdin.fileno(), tail
+    return proc, proc.stdout.fileno(), proc.stdin.fileno(), ended
 
 
 def pytest_configure(config):
+    if not os.environ.get(SPEC):
+        return
     spec = State.spec = json.loads(Path(os.environ[SPEC]).read_text(encoding="utf-8"))
+    sandbox.become_subreaper()  # a worker's orphans come back here, and die with the session
     for tid, task in spec["tasks"].items():
-        start = lambda task=task: start_worker(spec["sandbox"], task)  # noqa: E731
+        start = lambda task=task: start_worker(task)  # noqa: E731
         link = State.links[tid] = remote.Link(start, task["limit_s"])
         for name in task["functions"]:
-            path, _, qualname = name.partition(":")
-            owner = importlib.import_module(path.removesuffix(".py").replace("/", "."))
-            for part in qualname.split(".")[:-1]:
-                owner = getattr(owner, part)
-            last = qualname.split(".")[-1]
-            own = getattr(owner, last)
-            State.swaps.append((tid, last, own, remote.StandIn(link, name, own)))
+            own = remote.resolve(name)
+            State.swaps.append((tid, own.__name__, own, remote.StandIn(link, name, own)))
     if State.links:  # the first task's worker imports PyTorch while pytest collects
         next(iter(State.links.values()))._open()
 
@@ -92,9 +128,18 @@ def put_in_place(tid):
 
 def pytest_collection_finish(session):
     State.collected = [item.name for item in session.items]
+    State.hidden = {item.name for item in session.items if reads_seed(item)}
+
+
+def reads_seed(item):
+    """Whether a check's test draws its inputs from SEED (then its numbers are hidden)."""
+    code = getattr(getattr(item, "function", None), "__code__", None)
+    return code is None or "SEED" in code.co_names
 
 
 def pytest_runtest_setup(item):
+    if State.spec is None:
+        return
     tid = task_of(item.name)
     if tid != State.current:
         if State.current in State.links:
@@ -109,15 +154,18 @@ def pytest_runtest_setup(item):
 
 
 def why(report, call):
-    """The first line of what went wrong."""
+    """The first line of what went wrong, plain and short (report.plain)."""
     if report.skipped:
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        return "skipped, so not passed: " + reason.removeprefix("Skipped: ")
+        return plain("skipped, so not passed: " + reason.removeprefix("Skipped: "))
     exc = call.excinfo.value if call.excinfo is not None else None
     if exc is None:
         return "failed"
-    lines = str(exc).strip().splitlines()
-    text = lines[0] if lines else ""
+    try:
+        lines = str(exc).strip().splitlines()
+    except Exception:  # noqa: BLE001  (an exception whose str() fails)
+        lines = []
+    text = plain(lines[0]) if lines else ""
     if isinstance(exc, remote.StudentError):
         return text
     if isinstance(exc, AssertionError):
@@ -128,13 +176,14 @@ def why(report, call):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
-    if report.when == "call" or not report.passed:
+    if State.spec is not None and (report.when == "call" or not report.passed):
         old = State.checks.get(item.name)
         if old is None or old["ok"]:  # the first failure of a check is its reason
             State.checks[item.name] = {
                 "ok": report.passed and report.when == "call",
                 "why": "" if report.passed else why(report, call),
                 "seconds": round(report.duration, 2),
+                "hidden": item.name in State.hidden,
             }
 
 
@@ -143,6 +192,7 @@ def pytest_sessionfinish(session):
         link.stop()
     if State.spec is None:
         return
+    sandbox.kill_below()
     out = Path(State.spec["results"])
     tmp = out.with_suffix(".tmp")
     tmp.write_text(

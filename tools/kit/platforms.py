@@ -10,11 +10,9 @@ submission (the upload in /autograder/submission, results in /autograder/results
 --try_on=FOLDER runs the zip on FOLDER as Gradescope would, in a temporary root, and prints the
 time and the peak memory of the whole process tree.
 
-grade-all DIR --csv=FILE: every immediate subfolder of DIR is one student's submission, graded
-against one snapshot with the grader's isolation; FILE holds one row a student.
+(grade-all: tools/kit/gradebook.py.)
 """
 
-import csv
 import io
 import json
 import os
@@ -79,7 +77,7 @@ def torch_version():
 
 def gradescope(out, ids, tasks, secret, root, timeout):
     """Write Gradescope's autograder zip to out."""
-    from tools.kit.grade import gradescope as results_json, zero_results
+    from tools.kit.report import gradescope as results_json, zero_results
 
     out = Path(out)
     if out.suffix != ".zip":
@@ -148,8 +146,6 @@ def try_zip(zip_path, submission, memory_mb=768, cpus=0.5):
     (sampled every 20 ms) and the cgroup's own peak (page cache included) are reported;
     elsewhere the summed resident memory of the process tree (shared libraries counted in each
     process), on the whole machine."""
-    from tools.kit import sandbox
-
     group = memory_group(memory_mb << 20)
     cpu = cpu_group(cpus)
     with tempfile.TemporaryDirectory(prefix="nanonope_autograder_") as root:
@@ -171,7 +167,7 @@ def try_zip(zip_path, submission, memory_mb=768, cpus=0.5):
             preexec_fn=join if group or cpu else None,
         )
         while proc.poll() is None:
-            peak = max(peak, group_anon(group) if group else tree_memory(proc.pid, sandbox))
+            peak = max(peak, group_anon(group) if group else tree_memory(proc.pid))
             time.sleep(0.02)
         log = proc.stdout.read()
         seconds = time.time() - t0
@@ -250,90 +246,21 @@ def group_peak(group):
         return 0
 
 
-def tree_memory(pid, sandbox):
-    """Resident bytes of pid and every process below it (Linux /proc)."""
-    procs = sandbox._processes()
-    tree, grew = {pid}, True
-    while grew:
-        grew = False
-        for p, (ppid, _) in procs.items():
-            if ppid in tree and p not in tree:
-                tree.add(p)
-                grew = True
+def tree_memory(pid):
+    """Resident bytes of pid and every process below it (psutil; shared pages counted in each)."""
+    import psutil
+
+    try:
+        procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return 0
     total = 0
-    for p in tree:
+    for p in procs:
         try:
-            for line in Path(f"/proc/{p}/status").read_text(encoding="utf-8", errors="replace").splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-        except OSError:
+            total += p.memory_info().rss
+        except psutil.Error:
             pass
     return total
-
-
-# -----------------------------------------------------------------------------
-# grade-all: a class, one row a student
-
-
-def grade_all(folder, ids, tasks, cfg, root):
-    from tools.kit.grade import Grader, find_submission
-
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise UserError(
-            f"{folder} is not a folder: give the folder that holds one folder a student"
-        )
-    if not cfg.csv:
-        raise UserError("grade-all writes a gradebook: give --csv=FILE")
-    students = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
-    for p in sorted(folder.iterdir()):
-        if not p.is_dir():
-            print(f"skipped {p.name}: a file, not a student's folder")
-    if not students:
-        raise UserError(f"{folder} holds no student's folder")
-    secret = cfg.secret or os.environ.get("NANONOPE_SECRET", "")
-    rows, t0 = [], time.time()
-    with Grader(root, secret, cfg.seed, cfg.timeout, cfg.sandbox) as grader:
-        for line in grader.describe():
-            print(line)
-        for i, sub in enumerate(students):
-            where = find_submission(sub, tasks)
-            if where is None:
-                results = None
-                problems = "no task file in the folder"
-            else:
-                results = grader.grade(where, ids)
-                problems = "; ".join(
-                    f"{r['id']}: {r['output']}" for r in results if not r["passed"]
-                )
-            row = {"student": sub.name}
-            for tid in ids:
-                row[tid] = (
-                    next((r["score"] for r in results if r["id"] == tid), 0) if results else 0
-                )
-            row["total"] = sum(row[t] for t in ids)
-            row["problems"] = problems
-            row["copied"] = " ".join(r["id"] for r in results if r.get("copied")) if results else ""
-            rows.append(row)
-            done = time.time() - t0
-            eta = done / (i + 1) * (len(students) - i - 1)
-            print(
-                f"\rstudent {i + 1} of {len(students)} ({sub.name}): {row['total']:g}  "
-                f"{done:.0f} s, about {eta:.0f} s left",
-                end="",
-                flush=True,
-            )
-    print()
-    text = io.StringIO()
-    w = csv.DictWriter(text, ["student", *ids, "total", "problems", "copied"], lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(cfg.csv, text.getvalue())
-    seconds = time.time() - t0
-    print(
-        f"graded {len(students)} students in {seconds:.0f} s ({seconds / len(students):.1f} s each): {cfg.csv}"
-    )
-    return rows
 
 
 def github_workflow(tasks):

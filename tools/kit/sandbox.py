@@ -1,42 +1,57 @@
 """
-Where a student's code runs when it is graded: the worker's sandbox (tools/classroom.py grade
---sandbox=auto|bwrap|unshare|user|none).
+Where a student's code runs when it is graded: the worker's sandbox and its bounds
+(tools/classroom.py grade --sandbox=auto|bwrap|unshare|user|none).
 
 The worker (tools/kit/remote.py) must reach nothing but its own copy of the project: not the
 teacher's checkout, not the snapshot the tests run from, not another task's copy, not another
-process, not the network, and it must not outlive its task. On Linux:
+process, not the network, no kernel setting; it must hold no privilege on the host, use bounded
+memory, processes, files and CPU, and not outlive its task. On Linux:
 
-  bwrap    bubblewrap (Debian's package runs unprivileged): new user, PID, mount, network, IPC
-           and UTS namespaces; a root holding only /usr, the Python installation and the copy
-           (read-only, at /task), its own /proc, /dev and an empty /tmp; no capabilities; as
-           another uid (65534) when the grader runs as root; dies with the judge.
+  bwrap    bubblewrap: new user, PID, mount, network, IPC and UTS namespaces; a root holding only
+           /usr, the Python installation and the copy (read-only, at /task), its own /proc with
+           /proc/sys read-only, a small /tmp; no capabilities. Graded as root, bwrap itself is
+           started as an unprivileged uid (below), so the sandbox's uid is that uid on the host,
+           not root: that uid must be able to reach the Python installation.
   unshare  util-linux's unshare makes the same namespaces and a shell script the same root
-           (tmpfs, read-only binds, pivot_root), then drops every capability (setpriv).
-  user     no namespaces (a container that forbids them, as Gradescope's may): the worker runs
-           as an unprivileged user, in a copy it can read but not write; only when the grader
-           runs as root, and safe only where the checkout is not world-readable (setup.sh of the
-           Gradescope zip makes source/ root's alone). Its processes are killed by uid.
+           (tmpfs, read-only binds, pivot_root), then setpriv drops every capability and, graded
+           as root, becomes the unprivileged uid. As root no user namespace is needed, and the
+           binds are made before the drop: a Python under a 0700 home (/root) still runs.
+  user     no namespaces (a container that forbids them): the worker runs as the dedicated
+           account nanonope-student (setup.sh of the Gradescope zip makes it; never a shared
+           account such as nobody), in a copy it can read but not write; only when grading as
+           root, and safe only where the checkout is not world-readable.
   none     a plain child process with an allow-listed environment: no protection at all. Also
-           the only method on macOS and Windows. Grading then prints one warning line.
-  auto     the first of bwrap, unshare, user that works here, else none (with the warning).
+           the only method on macOS and Windows. Only when asked for, with one warning line.
+  auto     the first of bwrap, unshare, user that works here; graded as root, nothing else
+           (refused with each method's reason); otherwise none, with the warning.
 
-When the PID namespace's first process dies, the kernel kills every process in it, including
-one that called setsid; and the grader, a child subreaper, kills whatever else descends from
-it before it writes any result (kill_descendants).
+The unprivileged uid: nanonope-student's where that account exists, else one no account holds,
+from WORKER_UID by the grader's process id and the grading's slot (grade-all grades several
+students at once), so one student's processes never count against another's limit.
+
+The bounds (Limits) are set by the worker itself, before it imports anything a student wrote
+(resource.setrlimit; Linux and macOS): its data size (the heap and private mappings, not the
+address space, which a CUDA build of PyTorch reserves by the gigabyte), processes and threads
+of its uid, the size of any file it writes, CPU seconds and no core dump. The namespace methods
+also give it a /tmp of tmpfs_mb. What it prints is cut by the judge (judge.py).
+
+Nothing outlives its task: when the PID namespace's first process dies, the kernel kills every
+process in it, one that called setsid included; the judge and the grader are child subreapers
+(Linux), so orphans come back to them, and each kills what is left below it (psutil).
 """
 
 import functools
-import importlib.util
 import os
 import shutil
-import signal
 import subprocess
 import sys
+import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 
 METHODS = ("auto", "bwrap", "unshare", "user", "none")
-STUDENT_UID = 65534  # nobody; setup.sh of the Gradescope zip makes a user of its own (below)
-STUDENT_USER = "nanonope-student"
+STUDENT_USER = "nanonope-student"  # the dedicated account of --sandbox=user (and the uid, if any)
+WORKER_UID = 64000  # else: this uid + the slot, checked to belong to no account
 TASK = "/task"  # where the copy is seen inside bwrap and unshare
 
 UNSAFE = (
@@ -45,22 +60,87 @@ UNSAFE = (
 )
 
 
-def student_ids():
-    """(uid, gid) the user method runs as: STUDENT_USER where it exists, else nobody."""
+@dataclass(frozen=True)
+class Limits:
+    """The worker's bounds (tools/classroom.py's options of the same names)."""
+
+    memory_mb: int = 1024  # data size: heap and private mappings (RLIMIT_DATA)
+    processes: int = 64  # processes and threads of the worker's uid (RLIMIT_NPROC)
+    file_mb: int = 16  # the largest file it may write (RLIMIT_FSIZE)
+    cpu_s: int = 120  # CPU seconds, all its threads together (RLIMIT_CPU)
+    tmpfs_mb: int = 64  # its /tmp (bwrap and unshare)
+    log_kb: int = 1024  # what it prints, kept by the judge; the rest is cut (judge.py)
+
+    def env(self, method):
+        """The NANONOPE_LIMITS the worker reads. No process limit outside a namespace unless the
+        uid is the worker's own: it would count the teacher's processes too."""
+        nproc = self.processes if method in ("bwrap", "unshare", "user") else 0
+        return f"{self.memory_mb},{nproc},{self.file_mb},{self.cpu_s}"
+
+
+def apply_limits(text):
+    """In the worker, before anything else: the bounds NANONOPE_LIMITS names (Limits.env)."""
+    try:
+        import resource
+    except ImportError:  # Windows: none
+        return
+    memory_mb, nproc, file_mb, cpu_s = (int(x) for x in text.split(","))
+    pairs = [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_DATA, memory_mb << 20),
+        (resource.RLIMIT_FSIZE, file_mb << 20),
+        (resource.RLIMIT_CPU, cpu_s),
+    ]
+    if nproc:
+        pairs.append((resource.RLIMIT_NPROC, nproc))
+    for what, value in pairs:
+        resource.setrlimit(what, (value, value))
+
+
+# -----------------------------------------------------------------------------
+# Who the worker is
+
+
+def student_account():
+    """(uid, gid) of STUDENT_USER, or None where it does not exist."""
     try:
         import pwd
 
         entry = pwd.getpwnam(STUDENT_USER)
         return entry.pw_uid, entry.pw_gid
     except (ImportError, KeyError):
-        return STUDENT_UID, STUDENT_UID
+        return None
 
 
-def environment(home="/tmp"):
+def worker_uid(slot=0):
+    """(uid, gid) the worker becomes when the grader runs as root (see the module's doc)."""
+    account = student_account()
+    if account:
+        return account
+    import pwd
+
+    uid = WORKER_UID + 16 * (os.getpid() % 2048) + slot  # another grader's workers: other uids
+    while True:
+        try:
+            pwd.getpwuid(uid)
+            uid += 100
+        except KeyError:
+            return uid, uid
+
+
+def as_root():
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+# -----------------------------------------------------------------------------
+# What the worker sees
+
+
+def environment(home="/tmp", limits=None, method="none"):
     """The only variables a worker gets: no secret, no teacher's PWD or HOME, no path to the
     project's own functions."""
     bindir = str(Path(sys.executable).parent)
-    return {
+    env = {
         "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
         "HOME": home,
         "TMPDIR": home,
@@ -72,24 +152,33 @@ def environment(home="/tmp"):
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONNOUSERSITE": "1",
         "PYTHONUNBUFFERED": "1",
-        **({"PYTHONPATH": ":".join(extra_paths())} if extra_paths() else {}),
     }
+    if extra_paths():
+        env["PYTHONPATH"] = os.pathsep.join(extra_paths())
+    if limits is not None:
+        env["NANONOPE_LIMITS"] = limits.env(method)
+    return env
 
 
 @functools.lru_cache(maxsize=None)
 def python_paths():
-    """The folders the worker's Python needs: its installation and where torch, numpy and
-    tiktoken are installed (found without importing them)."""
-    paths = {
-        Path(sys.base_prefix).resolve(),
-        Path(sys.prefix).resolve(),
-        Path(sys.executable).resolve().parent,
-    }
-    for name in ("torch", "numpy", "tiktoken"):
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin:
-            paths.add(Path(spec.origin).resolve().parents[1])
-    keep = sorted(paths, key=lambda p: len(p.parts))
+    """The folders the worker's Python needs, wherever they are (the system temp folder
+    included): its prefixes, its executable's folder, its standard library and site-packages.
+    Nothing else from sys.path: the checkout and the snapshot are on it, and with them the tests
+    and the project's own functions."""
+    paths = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    paths |= {v for k, v in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib",
+                                                                     "purelib", "platlib")}
+    try:
+        import site
+
+        paths |= set(site.getsitepackages())
+        if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+            paths.add(site.getusersitepackages())
+    except AttributeError:  # an embedded Python without site's functions
+        pass
+    keep = sorted({Path(p).resolve() for p in paths if p and os.path.isdir(p)},
+                  key=lambda p: len(p.parts))
     return [str(p) for i, p in enumerate(keep) if not any(p.is_relative_to(q) for q in keep[:i])]
 
 
@@ -101,56 +190,32 @@ def extra_paths():
 
 def system_paths():
     """/usr and the top-level links or folders a Debian-like system loads programs from."""
-    return [
-        p
-        for p in (
-            "/usr",
-            "/bin",
-            "/sbin",
-            "/lib",
-            "/lib32",
-            "/lib64",
-            "/etc/ld.so.cache",
-            "/etc/alternatives",
-            "/sys/devices/system/cpu",
-        )
-        if os.path.lexists(p)
-    ]
+    names = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc/ld.so.cache",
+             "/etc/alternatives", "/sys/devices/system/cpu")
+    return [p for p in names if os.path.lexists(p)]
 
 
-def bwrap_args(copy, uid):
-    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-    for p in system_paths():
+def bwrap_args(copy, limits):
+    args = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
+    for p in system_paths():  # /tmp first: a Python installed under it is bound on top
         args += ["--symlink", os.readlink(p), p] if os.path.islink(p) else ["--ro-bind", p, p]
     for p in python_paths():
         args += ["--ro-bind", p, p]
-    args += [
-        "--ro-bind",
-        str(copy),
-        TASK,
-        "--chdir",
-        TASK,
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--tmpfs",
-        "/tmp",
-    ]
-    if uid is not None:
-        args += ["--unshare-user", "--uid", str(uid), "--gid", str(uid)]
-    args += ["--clearenv"]
-    for k, v in environment().items():
-        args += ["--setenv", k, v]
-    return args
+    args += ["--ro-bind", str(copy), TASK, "--chdir", TASK, "--proc", "/proc",
+             "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
+    return args  # the environment: Popen's, an allow-list, passed on by bwrap
 
 
-# Run inside unshare's namespaces: a tmpfs root of read-only binds, pivot_root into it, every
-# capability dropped, then the worker. $1: an empty folder for the root, $2: the copy.
+# Run inside unshare's namespaces: a tmpfs root of read-only binds, pivot_root into it, a
+# read-only /proc/sys, every capability dropped (as root: the unprivileged uid too), then the
+# worker, killed when unshare dies (a change of uid clears unshare's own --kill-child, so setpriv
+# sets it again). $1: an empty folder for the root, $2: the copy; $PATHS, $TMP_MB, $DROP.
 UNSHARE_SCRIPT = r"""set -eu
 PATH=/usr/sbin:/sbin:$PATH
 R=$1; C=$2; shift 2
 mount -t tmpfs -o mode=755 nanonope "$R"
+mkdir "$R/tmp"; mount -t tmpfs -o "mode=1777,size=${TMP_MB}m" nanonope "$R/tmp"
 for p in $PATHS; do
   if [ -L "$p" ]; then mkdir -p "$R$(dirname "$p")"; ln -s "$(readlink "$p")" "$R$p"
   elif [ -d "$p" ]; then mkdir -p "$R$p"; mount --rbind "$p" "$R$p"; mount -o remount,bind,ro "$R$p"
@@ -158,83 +223,61 @@ for p in $PATHS; do
 done
 mkdir -p "$R/task"; mount --bind "$C" "$R/task"; mount -o remount,bind,ro "$R/task"
 mkdir "$R/proc"; mount -t proc proc "$R/proc"
+mount --bind "$R/proc/sys" "$R/proc/sys"; mount -o remount,bind,ro "$R/proc/sys"
 mkdir "$R/dev"; for d in null zero urandom random; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
-mkdir "$R/tmp"; mount -t tmpfs -o mode=1777 nanonope "$R/tmp"
 mkdir "$R/.old"; cd "$R"; pivot_root . .old; umount -l /.old; rmdir /.old
 cd /task
-unset OLDPWD PATHS
-exec setpriv --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all -- "$@"
+unset OLDPWD PATHS TMP_MB
+exec setpriv $DROP --pdeathsig KILL --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all -- "$@"
 """
 
 
 def unshare_args(copy, root):
-    return [
-        "unshare",
-        "--user",
-        "--map-root-user",
-        "--mount",
-        "--pid",
-        "--fork",
-        "--net",
-        "--ipc",
-        "--uts",
-        "--kill-child",
-        "--",
-        "sh",
-        "-c",
-        UNSHARE_SCRIPT,
-        "sh",
-        str(root),
-        str(copy),
-    ]
+    user = [] if as_root() else ["--user", "--map-root-user"]
+    return ["unshare", *user, "--mount", "--pid", "--fork", "--net", "--ipc", "--uts",
+            "--kill-child", "--", "sh", "-c", UNSHARE_SCRIPT, "sh", str(root), str(copy)]
 
 
-def _drop_to(uid, gid):
-    def preexec():
-        os.setgroups([])
-        os.setgid(gid)
-        os.setuid(uid)
-        os.setsid()
-
-    return preexec
-
-
-def command(method, copy, argv):
+def command(method, copy, argv, limits=Limits(), slot=0):
     """Popen's keyword arguments to run argv (a Python command line) as the worker in copy.
-    For bwrap and unshare the copy is seen at /task; copy's sibling folder `root` must exist
-    (unshare builds its root there)."""
+    For bwrap and unshare the copy is seen at /task, and copy's sibling folder `root` must
+    exist (unshare builds its root there)."""
     copy = Path(copy)
+    env = environment(limits=limits, method=method)
     if method == "bwrap":
-        uid = STUDENT_UID if os.geteuid() == 0 else None
-        return {"args": bwrap_args(copy, uid) + argv, "env": environment(), "cwd": "/"}
+        kw = {"args": bwrap_args(copy, limits) + argv, "env": env, "cwd": "/"}
+        if as_root():  # bwrap itself unprivileged: the sandbox's uid is that uid on the host
+            uid, gid = worker_uid(slot)
+            kw |= {"user": uid, "group": gid, "extra_groups": []}
+        return kw
     if method == "unshare":
-        paths = " ".join(system_paths() + python_paths())
-        return {
-            "args": unshare_args(copy, copy.parent / "root") + argv,
-            "env": {**environment(), "PATHS": paths},
-            "cwd": "/",
-        }
+        drop = "--reuid={0} --regid={1} --clear-groups".format(*worker_uid(slot)) if as_root() else ""
+        extra = {"PATHS": " ".join(system_paths() + python_paths()), "DROP": drop,
+                 "TMP_MB": str(limits.tmpfs_mb)}
+        return {"args": unshare_args(copy, copy.parent / "root") + argv, "env": env | extra,
+                "cwd": "/"}
     scratch = copy.parent / "scratch"
     scratch.mkdir(exist_ok=True)
+    env = environment(str(scratch), limits, method)
+    kw = {"args": argv, "env": env, "cwd": str(copy), "start_new_session": True}
     if method == "user":
-        uid, gid = student_ids()
+        uid, gid = student_account()
         os.chown(scratch, uid, gid)
         os.chmod(scratch, 0o700)
-        return {
-            "args": argv,
-            "env": environment(str(scratch)),
-            "cwd": str(copy),
-            "preexec_fn": _drop_to(uid, gid),
-        }
-    return {
-        "args": argv,
-        "env": environment(str(scratch)),
-        "cwd": str(copy),
-        "start_new_session": True,
-    }
+        kw |= {"user": uid, "group": gid, "extra_groups": []}
+    return kw
 
 
-PROBE = "import sys; sys.exit(0 if open(sys.argv[1], encoding='utf-8').read() == 'ok' else 1)"
+# Run inside a method when it is probed: the copy readable and read-only, no kernel setting
+# writable (access() asks, nothing is opened), and where it can tell, no uid 0.
+PROBE = r"""import os, sys
+ok = open(sys.argv[1], encoding="utf-8").read() == "ok"
+if os.access(sys.argv[1], os.W_OK):
+    sys.exit("the copy is writable")
+if os.path.exists("/proc/sys/kernel") and os.access("/proc/sys/kernel/core_pattern", os.W_OK):
+    sys.exit("/proc/sys is writable")
+sys.exit(0 if ok else 1)
+"""
 
 
 @functools.lru_cache(maxsize=None)
@@ -244,12 +287,17 @@ def unavailable(method):
         return None
     if not sys.platform.startswith("linux"):
         return "sandboxes need Linux"
-    if method == "user" and os.geteuid() != 0:
-        return "it needs the grader to run as root"
-    if method != "user" and shutil.which(method) is None:
+    if method == "user":
+        if not as_root():
+            return "it needs the grader to run as root"
+        if student_account() is None:
+            return (f"it needs the dedicated account {STUDENT_USER} "
+                    f"(useradd --system --no-create-home {STUDENT_USER})")
+    elif shutil.which(method) is None:
         return f"{method} is not installed" + (
-            " (Debian: apt-get install bubblewrap)" if method == "bwrap" else ""
-        )
+            " (Debian: apt-get install bubblewrap)" if method == "bwrap" else "")
+    if method == "unshare" and shutil.which("setpriv") is None:
+        return "setpriv (util-linux) is not installed"
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="nanonope_probe_") as tmp:
@@ -262,15 +310,16 @@ def unavailable(method):
         kw = command(method, copy, [sys.executable, "-S", "-c", PROBE, f"{seen}/.probe"])
         try:
             done = subprocess.run(**kw, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as e:
+        except (OSError, subprocess.SubprocessError) as e:
             return f"{method} did not start ({e})"
         if done.returncode != 0:
             lines = done.stderr.strip().splitlines()
-            return (
-                f"{method} failed here"
-                + (f" ({lines[-1]})" if lines else "")
-                + (": the student's user cannot run this Python" if method == "user" else "")
-            )
+            who = f" as uid {worker_uid()[0]}" if as_root() and method != "unshare" else ""
+            why = f"{method} failed here{who}" + (f" ({lines[-1][:200]})" if lines else "")
+            if as_root() and method in ("bwrap", "user") and "ermission denied" in done.stderr:
+                why += (f": that uid cannot reach this Python ({sys.executable}); "
+                        "--sandbox=unshare binds it in before dropping privileges")
+            return why
     return None
 
 
@@ -287,14 +336,22 @@ def choose(requested):
                 f"--sandbox={requested} is not available here: {why}; --sandbox=auto picks what is"
             )
         return requested, (UNSAFE if requested == "none" else None)
+    reasons = []
     for method in ("bwrap", "unshare", "user"):
-        if unavailable(method) is None:
+        why = unavailable(method)
+        if why is None:
             return method, None
-    return "none", UNSAFE + " (no bwrap, unshare or root here)"
+        reasons.append(why)
+    if as_root():
+        raise UserError(
+            "no sandbox works here and you grade as root, where the student's code would be root "
+            f"too: {'; '.join(reasons)}. Fix one, or say --sandbox=none to grade unprotected"
+        )
+    return "none", f"{UNSAFE} ({'; '.join(reasons)})"
 
 
 def make_readable(folder):
-    """The worker's copy: readable by any user (the user method), writable by none but its owner."""
+    """The worker's copy: readable by any user, writable by none but its owner."""
     for dirpath, dirs, files in os.walk(folder):
         os.chmod(dirpath, 0o755)
         for f in files:
@@ -306,70 +363,67 @@ def make_readable(folder):
 
 
 def become_subreaper():
-    """Orphans of the grader's children (a process that called setsid and whose parent died)
-    come back to the grader, so kill_descendants finds them. Linux only; elsewhere nothing."""
+    """Orphans of this process's children (a process that called setsid and whose parent died)
+    come back to it, so kill_below finds them. Linux only; elsewhere nothing."""
     if sys.platform.startswith("linux"):
         import ctypes
 
-        with_errno = ctypes.CDLL(None, use_errno=True)
-        with_errno.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
-def _processes():
-    """{pid: (parent pid, uid)} of every process this one can see (Linux /proc)."""
-    out = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = Path(entry.path, "status").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        out[int(entry.name)] = (int(fields["PPid"].split()[0]), int(fields["Uid"].split()[0]))
-    return out
+def kill_below(keep=()):
+    """SIGKILL every process below this one except the processes in `keep` and those below
+    them, until none is left (orphans come back to a subreaper as their parents die); returns
+    how many were killed."""
+    import psutil
 
-
-def kill_descendants(uid=None):
-    """SIGKILL every process below this one (and with uid, every process of that user), until
-    none is left; returns how many were killed."""
-    if not os.path.isdir("/proc"):
-        return 0
-    me, killed = os.getpid(), 0
+    me, killed = psutil.Process(), 0
     for _ in range(50):
-        procs = _processes()
-        below, grew = set(), True
-        while grew:
-            grew = False
-            for pid, (ppid, owner) in procs.items():
-                if (
-                    pid not in below
-                    and pid != me
-                    and (ppid == me or ppid in below or (uid is not None and owner == uid))
-                ):
-                    below.add(pid)
-                    grew = True
-        alive = [p for p in below if not _zombie(p)]
-        for pid in below:
+        kept = set()
+        for pid in keep:
             try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                kept |= {pid} | {c.pid for c in psutil.Process(pid).children(recursive=True)}
+            except psutil.Error:
                 pass
-        while True:  # reap the orphans that came back to this subreaper
+        try:
+            victims = [p for p in me.children(recursive=True) if p.pid not in kept]
+        except psutil.Error:
+            victims = []
+        alive = [p for p in victims if _alive(p)]
+        for p in victims:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+                p.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(victims, timeout=1)
         if not alive:
             return killed
         killed += len(alive)
     return killed
 
 
-def _zombie(pid):
+def kill_tree(pid):
+    """SIGKILL a process and everything below it (a worker's sandbox: killing only its first
+    process would leave what it started to the subreaper)."""
+    import psutil
+
     try:
-        return Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace").rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return True
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True) + [root]
+    except psutil.Error:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+
+
+def _alive(p):
+    import psutil
+
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

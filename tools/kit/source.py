@@ -2,22 +2,28 @@
 The project's source as the classroom kit reads it: a snapshot of the project, and its task
 functions found, blanked and replaced with Python's `ast`.
 
-Python, not str.splitlines, decides where a line ends (\\n, \\r\\n or \\r; a form feed or U+2028
-inside a line is part of it), so a function is exactly the text `ast` says it is. A submitted
-function is taken only when its `def` line is the project's (no decorator; the same arguments,
-defaults, annotations and return annotation, compared with ast.dump): nothing a student wrote
-runs when its module is imported, and the tests call it as the project's.
+A function is the text `ast` says it is (ast.get_source_segment: lines end where Python's
+tokenizer ends them, so a form feed or U+2028 inside a line is part of it), and a name is the
+last `def` of it, as Python binds it. A submitted function is taken only when its `def` line is
+the project's (no decorator; the same arguments, defaults, annotations and return annotation,
+compared with ast.dump) and it uses no name that the student's file defines outside it: only
+the function's own text is graded, so nothing a student wrote runs when its module is imported,
+the tests call it as the project's, and a helper outside it is named in the refusal.
 """
 
 import ast
-import fnmatch
+import builtins
 import hashlib
 import io
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
+
+DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
 class Refused(ValueError):
@@ -25,39 +31,7 @@ class Refused(ValueError):
 
 
 # -----------------------------------------------------------------------------
-# Functions by ast
-
-
-def find_function(tree, qualname):
-    """The def of `qualname` ("f" or "Class.method") in a parsed module, or None."""
-    body, node = tree.body, None
-    for part in qualname.split("."):
-        node = next(
-            (
-                n
-                for n in body
-                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                and n.name == part
-            ),
-            None,
-        )
-        if node is None:
-            return None
-        body = node.body
-    return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
-
-
-def tests_command(plugin, ids):
-    """The command line that runs the tests of tasks `ids` (tests/test_paper.py, test_T3_...)
-    under a plugin of the kit's, with no third-party plugin, cache or addopts of the project's."""
-    import sys
-    return [sys.executable, "-m", "pytest", "tests/test_paper.py", "-q", "-p", plugin,
-            "-k", " or ".join(f"test_{t}_" for t in ids), "-p", "no:cacheprovider", "-o", "addopts="]
-
-
-def task_of(check):
-    """A check's task: test_T3_random_tables_against_loops[2] -> T3."""
-    return check.split("_")[1]
+# Names of tasks, checks and functions
 
 
 def split_spec(spec):
@@ -66,46 +40,46 @@ def split_spec(spec):
     return path, qualname
 
 
-def line_starts(source):
-    """Offsets at which each line begins, lines ending where Python's tokenizer ends them."""
-    starts, i, n = [0], 0, len(source)
-    while i < n:
-        c = source[i]
-        if c == "\r" or c == "\n":
-            i += 2 if source.startswith("\r\n", i) else 1
-            starts.append(i)
-        else:
-            i += 1
-    return starts
+def task_of(check):
+    """A check's task: test_T3_random_tables_against_loops[2] -> T3."""
+    return check.split("_")[1]
 
 
-def offset(source, starts, lineno, col):
-    """The string offset of ast's (lineno, col_offset); col counts UTF-8 bytes."""
-    begin = starts[lineno - 1]
-    end = starts[lineno] if lineno < len(starts) else len(source)
-    return begin + len(source[begin:end].encode("utf-8")[:col].decode("utf-8", errors="ignore"))
+def tests_command(plugin, ids):
+    """The command line that runs the tests of tasks `ids` (tests/test_paper.py, test_T3_...)
+    under a plugin of the kit's, with no third-party plugin, cache or addopts of the project's."""
+    return [sys.executable, "-m", "pytest", "tests/test_paper.py", "-q", "-p", plugin,
+            "-k", " or ".join(f"test_{t}_" for t in ids), "-p", "no:cacheprovider",
+            "-o", "addopts="]
 
 
-def span(source, node, starts=None):
-    starts = starts or line_starts(source)
-    return (
-        offset(source, starts, node.lineno, node.col_offset),
-        offset(source, starts, node.end_lineno, node.end_col_offset),
-    )
+# -----------------------------------------------------------------------------
+# Functions by ast
+
+
+def find_function(tree, qualname):
+    """The def of `qualname` ("f" or "Class.method") in a parsed module, or None: at each level
+    the last statement of that name, as Python binds it."""
+    body, node = tree.body, None
+    for part in qualname.split("."):
+        named = [n for n in body if isinstance(n, (*DEFS, ast.ClassDef)) and n.name == part]
+        if not named:
+            return None
+        node = named[-1]
+        body = node.body
+    return node if isinstance(node, DEFS) else None
 
 
 def segment(source, node):
     """The exact text of a def, from `def` to the end of its body."""
-    a, b = span(source, node)
-    return source[a:b]
+    return ast.get_source_segment(source, node)
 
 
-def def_line(source, node):
-    """The `def ...:` header of a function as the project writes it."""
-    starts = line_starts(source)
-    a, _ = span(source, node, starts)
-    b = offset(source, starts, node.body[0].lineno, node.body[0].col_offset)
-    return " ".join(source[a:b].split())
+def def_line(node):
+    """A function's `def ...:` line, as ast writes it (for messages)."""
+    head = ast.parse(ast.unparse(node)).body[0]
+    head.body = [ast.Expr(ast.Constant(...))]
+    return ast.unparse(head).splitlines()[0]
 
 
 def same_signature(theirs, ours):
@@ -118,20 +92,59 @@ def same_signature(theirs, ours):
     )
 
 
-def submitted_function(source, qualname, project_source):
-    """The exact text of `qualname` in a submitted file, checked against the project's
-    version; Refused with the reason (one line) where it cannot be taken."""
+def top_level_names(tree):
+    """The names a module binds outside its functions: defs, classes, imports, assignments."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (*DEFS, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        else:
+            names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                      and isinstance(n.ctx, ast.Store)}
+    return names
+
+
+def free_names(node):
+    """Names a function reads that nothing inside it binds (a coarse reading: a name bound
+    anywhere inside counts as its own)."""
+    bound, read = set(), set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            (read if isinstance(n.ctx, ast.Load) else bound).add(n.id)
+        elif isinstance(n, ast.arg):
+            bound.add(n.arg)
+        elif isinstance(n, (*DEFS, ast.ClassDef)) and n is not node:
+            bound.add(n.name)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            bound |= {(a.asname or a.name).split(".")[0] for a in n.names}
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            bound.add(n.name)
+    return read - bound
+
+
+def parse_text(source):
+    """A submitted file's text parsed; Refused (one line) where Python would not import it.
+    Any failure of the parser (a RecursionError, MemoryError ...) is a refusal, not a crash."""
     try:
-        tree = ast.parse(source)
+        return ast.parse(source)
     except SyntaxError as e:
         raise Refused(f"does not parse: line {e.lineno}: {e.msg}") from None
-    except ValueError as e:  # a NUL byte
-        raise Refused(f"does not parse: {e}") from None
+    except (ValueError, RecursionError, MemoryError) as e:
+        raise Refused(f"does not parse ({type(e).__name__})") from None
+
+
+def submitted_function(source, qualname, project_source):
+    """(the exact text of `qualname` in a submitted file, its node), checked against the
+    project's version; Refused with the reason (one line) where it cannot be taken."""
+    tree = parse_text(source)
     node = find_function(tree, qualname)
     if node is None:
         raise Refused(f"has no function {qualname}")
-    ours = find_function(ast.parse(project_source), qualname)
-    expected = def_line(project_source, ours)
+    project = ast.parse(project_source)
+    ours = find_function(project, qualname)
+    expected = def_line(ours)
     if node.decorator_list:
         raise Refused(
             f"{qualname} has a decorator: the graded function is `{expected}` and its body, "
@@ -139,7 +152,38 @@ def submitted_function(source, qualname, project_source):
         )
     if not same_signature(node, ours):
         raise Refused(f"{qualname}'s def line differs from the project's: write `{expected}`")
+    outside = sorted((free_names(node) & top_level_names(tree)) - top_level_names(project)
+                     - set(dir(builtins)))
+    if outside:
+        raise Refused(
+            f"{qualname} uses {', '.join(f'`{n}`' for n in outside[:3])}, which your file defines "
+            "outside it: only the function's own text is graded (put a helper inside it as a "
+            "nested def, and an import inside it)"
+        )
     return segment(source, node), node
+
+
+def lines_of(text):
+    """text's lines with their ends, split where Python's tokenizer ends a line."""
+    parts = re.split(r"(\r\n|\r|\n)", text)
+    return ["".join(parts[i:i + 2]) for i in range(0, len(parts), 2) if parts[i:i + 2] != [""]]
+
+
+def offsets(source, node):
+    """(start, end) string offsets of a def in one of the project's own files (its lines end in
+    \\n alone: checked), from `def` to the end of its body."""
+    if "\r" in source:
+        raise ValueError("the project's files end their lines with \\n alone")
+    starts = [0]
+    for line in source.split("\n"):
+        starts.append(starts[-1] + len(line) + 1)
+
+    def at(lineno, col):
+        begin = starts[lineno - 1]
+        line = source[begin:starts[lineno]]
+        return begin + len(line.encode("utf-8")[:col].decode("utf-8", errors="ignore"))
+
+    return at(node.lineno, node.col_offset), at(node.end_lineno, node.end_col_offset)
 
 
 def take(submitted, project, qualname):
@@ -150,22 +194,23 @@ def take(submitted, project, qualname):
     ours = find_function(ast.parse(project), qualname)
     shift = ours.col_offset - theirs.col_offset
     if shift:
-        starts = line_starts(text)
-        lines = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+        lines = lines_of(text)
         lines[1:] = [
-            (" " * shift + s if shift > 0 else s[min(-shift, len(s) - len(s.lstrip(" \t"))) :])
-            if s.strip()
-            else s
+            (" " * shift + s if shift > 0 else s[min(-shift, len(s) - len(s.lstrip(" \t"))):])
+            if s.strip() else s
             for s in lines[1:]
         ]
         text = "".join(lines)
-    a, b = span(project, ours)
+    a, b = offsets(project, ours)
     out = project[:a] + text + project[b:]
-    try:
-        back = find_function(ast.parse(out), qualname)
-    except SyntaxError:
-        back = None
-    if back is None or ast.dump(back) != ast.dump(theirs):
+    try:  # the same text where the project's function was, and nothing around it changed
+        tree = ast.parse(out)
+        back = find_function(tree, qualname)
+        same = (back is not None and segment(out, back) == text
+                and len(tree.body) == len(ast.parse(project).body))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        same = False
+    if not same:
         raise Refused(
             f"{qualname} does not read back the same once put in the project's file: "
             "indent it as the project does"
@@ -180,101 +225,56 @@ def blank(source, qualnames, message):
     for q, node in zip(qualnames, nodes):
         if node is None:
             raise ValueError(f"classroom/tasks.toml names {q}, which the project does not define")
-    starts = line_starts(source)
-    for node in sorted(nodes, key=lambda n: -n.lineno):  # from the bottom: offsets above hold
+    lines = source.split("\n")
+    for node in sorted(nodes, key=lambda n: -n.lineno):  # from the bottom: line numbers above hold
         first = node.body[0]
         has_doc = (
             isinstance(first, ast.Expr)
             and isinstance(getattr(first, "value", None), ast.Constant)
             and isinstance(first.value.value, str)
         )
-        # from the line after the docstring
-        a = starts[first.end_lineno] if has_doc else starts[first.lineno - 1]
-        b = starts[node.end_lineno] if node.end_lineno < len(starts) else len(source)
+        a = first.end_lineno if has_doc else first.lineno - 1  # from the line after the docstring
         indent = " " * first.col_offset
-        source = (
-            source[:a] + f"{indent}raise NotImplementedError({message(node.name)!r})\n" + source[b:]
-        )
-    return source
-
-
-def normalised(node):
-    """A function's shape for the copy flag: its ast without docstrings, the parameters and
-    every name it assigns renamed v0, v1, ... in order (parameters first). The project's own
-    function with locals renamed, comments and docstrings changed gives the same."""
-    node = ast.parse(ast.unparse(node)).body[0]
-    args = node.args
-    names = {}
-    for a in (
-        args.posonlyargs + args.args + args.kwonlyargs + [x for x in (args.vararg, args.kwarg) if x]
-    ):
-        names.setdefault(a.arg, f"v{len(names)}")
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-            names.setdefault(n.id, f"v{len(names)}")
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and n.id in names:
-            n.id = names[n.id]
-        elif isinstance(n, ast.arg) and n.arg in names:
-            n.arg = names[n.arg]
-        body = getattr(n, "body", None)
-        if (
-            isinstance(body, list)
-            and body
-            and isinstance(body[0], ast.Expr)
-            and isinstance(body[0].value, ast.Constant)
-            and isinstance(body[0].value.value, str)
-        ):
-            n.body = body[1:] or [ast.Pass()]
-    return ast.dump(node)
+        lines[a:node.end_lineno] = [f"{indent}raise NotImplementedError({message(node.name)!r})"]
+    return "\n".join(lines)
 
 
 # -----------------------------------------------------------------------------
 # The project's files: one snapshot
 
 
+def git(root, *args, text=True):
+    """A read-only git command in root: its stdout (no optional locks: two gradings at once
+    never race on the index)."""
+    done = subprocess.run(["git", "--no-optional-locks", "-C", str(root), *args],
+                          capture_output=True, text=text, timeout=120)
+    return done.stdout if done.returncode == 0 else None
+
+
 def in_git(root):
     try:
-        top = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--show-toplevel"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        top = git(root, "rev-parse", "--show-toplevel")
     except (OSError, subprocess.TimeoutExpired):
         return False
-    return top.returncode == 0 and Path(top.stdout.strip()).resolve() == Path(root).resolve()
-
-
-def ignore_rules(root):
-    """.gitignore's patterns where it exists (an export or a zip may lack it)."""
-    f = Path(root) / ".gitignore"
-    if not f.exists():
-        return []
-    return [
-        p.strip()
-        for p in f.read_text(encoding="utf-8").splitlines()
-        if p.strip() and not p.startswith("#")
-    ]
-
-
-def ignored(rel, is_dir, patterns):
-    for p in patterns:
-        if p.endswith("/"):
-            if is_dir and fnmatch.fnmatch(rel.name, p[:-1]):
-                return True
-        elif fnmatch.fnmatch(rel.as_posix() if "/" in p else rel.name, p):
-            return True
-    return False
+    return top is not None and Path(top.strip()).resolve() == Path(root).resolve()
 
 
 def project_files(root):
-    """The project's files outside git: relative paths, .git and what .gitignore names left out."""
-    root, patterns, out = Path(root), ignore_rules(root), []
+    """The project's files outside git: relative paths, .git and what .gitignore names (git's
+    own rules, by pathspec) left out."""
+    import pathspec
+
+    root = Path(root)
+    ignore = root / ".gitignore"
+    rules = ignore.read_text(encoding="utf-8").splitlines() if ignore.exists() else []
+    spec = pathspec.GitIgnoreSpec.from_lines(rules)
+    out = []
     for folder, dirs, files in os.walk(root):
         here = Path(folder).relative_to(root)
-        dirs[:] = sorted(d for d in dirs if d != ".git" and not ignored(here / d, True, patterns))
-        out += [here / f for f in sorted(files) if not ignored(here / f, False, patterns)]
+        dirs[:] = sorted(d for d in dirs if d != ".git"
+                         and not spec.match_file((here / d).as_posix() + "/"))
+        out += [here / f for f in sorted(files)
+                if f != ".git" and not spec.match_file((here / f).as_posix())]  # a worktree's link
     return out
 
 
@@ -285,25 +285,15 @@ def take_snapshot(root, dst):
     root, dst = Path(root), Path(dst)
     dst.mkdir(parents=True, exist_ok=True)
     if in_git(root):
-        tar = subprocess.run(
-            ["git", "-C", str(root), "archive", "--format=tar", "HEAD"],
-            capture_output=True,
-            check=True,
-        ).stdout
+        tar = git(root, "archive", "--format=tar", "HEAD", text=False)
         with tarfile.open(fileobj=io.BytesIO(tar)) as t:
-            t.extractall(dst, filter="data")
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout
-        status = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-        ).stdout
-        return {
-            "source": f"git HEAD {head.strip()[:12]}",
-            "edited": [s[3:] for s in status.splitlines()],
-        }
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4+, 3.10.12+
+                t.extractall(dst, filter="data")
+            else:  # git archive of our own HEAD: regular files and folders only
+                t.extractall(dst, members=[m for m in t.getmembers() if m.isfile() or m.isdir()])
+        head = git(root, "rev-parse", "HEAD").strip()
+        status = git(root, "status", "--porcelain", "--untracked-files=no")
+        return {"source": f"git HEAD {head[:12]}", "edited": [s[3:] for s in status.splitlines()]}
     for rel in project_files(root):
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / rel, dst / rel)
@@ -324,20 +314,13 @@ def copy_tree(src, dst, leave_out=()):
 
 
 def fingerprint(folder):
-    """What must not change while grading: in a git checkout its HEAD and `git status`
-    (untracked files included), else a hash of every file's path and bytes."""
+    """What must not change while grading: in a git checkout its HEAD, `git status` (untracked
+    files included) and the diff, else a hash of every file's path and bytes."""
     folder = Path(folder)
     if in_git(folder):
-        head = subprocess.run(
-            ["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout
-        status = subprocess.run(
-            ["git", "-C", str(folder), "status", "--porcelain"], capture_output=True, text=True
-        ).stdout
-        diff = subprocess.run(
-            ["git", "-C", str(folder), "diff", "HEAD"], capture_output=True
-        ).stdout
-        return hashlib.sha256((head + status).encode() + diff).hexdigest()
+        parts = [git(folder, "rev-parse", "HEAD"), git(folder, "status", "--porcelain")]
+        diff = git(folder, "diff", "HEAD", text=False) or b""
+        return hashlib.sha256("\0".join(p or "?" for p in parts).encode() + diff).hexdigest()
     h = hashlib.sha256()
     for dirpath, dirs, files in os.walk(folder):
         dirs.sort()

@@ -36,6 +36,9 @@ TEACHER_ONLY = (
     "tools/kit/sandbox.py",
     "tools/kit/student.py",
     "tools/kit/platforms.py",
+    "tools/kit/gradebook.py",
+    "tools/kit/copyflag.py",
+    "tools/kit/upload.py",
     "classroom/lab_ranges.json",
 )
 
