@@ -451,9 +451,9 @@ def test_what_python_would_import_is_graded(project, tmp_path):
             sub = tmp_path / name.replace(" ", "_")
             sub.mkdir()
             (sub / "search_scales.py").write_bytes(data)
-            got[name] = grader.prepare(tasks["T4"], sub)
+            got[name] = grader.prepare(tasks["T4"], sub, tmp_path / f"copies_{sub.name}")
         assert "_job" in got["bom"] and "_job" in got["last def"], [got[k]["output"] for k in ("bom", "last def")]
-        copy = Path(got["last def"]["_job"]["copy"])
+        copy = tmp_path / "copies_last_def" / "T4"
         assert "T4: write it" not in (copy / "search_scales.py").read_text("utf-8")
         assert "_job" in got["deep"], got["deep"]["output"]
         deeper = got["deeper"]
@@ -507,7 +507,7 @@ def test_a_symlinked_upload_scores_zero_with_its_reason(project, tmp_path):
         for f in ("model.py", "search_scales.py", "evaluate.py"):
             (up / f).symlink_to(project / f)
         for tid, task in grader.tasks.items():
-            r = grader.prepare(task, up)
+            r = grader.prepare(task, up, tmp_path / "copies")
             assert "_job" not in r and r["score"] == 0 and "symbolic link" in r["output"], r["output"]
     finally:
         grader.__exit__()
@@ -869,7 +869,7 @@ def test_the_snapshot_is_what_grading_reads_and_a_changed_checkout_stops_it(tmp_
     copy_project(root, leave_out=("docs", "out", "tests", "data"))
     monkeypatch.setattr(sandbox, "become_subreaper", lambda: None)
     with Grader(root, method="none") as grader:
-        monkeypatch.setattr(grader, "prepare", lambda task, sub: (root / "model.py").write_text("# poisoned\n") and {})
+        monkeypatch.setattr(grader, "prepare", lambda task, sub, copies: (root / "model.py").write_text("# poisoned\n") and {})
         with pytest.raises(classroom.UserError) as e:
             grader.grade(root, ["T1"])
         assert "changed while" in str(e.value) and "\n" not in str(e.value)
@@ -1145,12 +1145,13 @@ ATTACKS = {  # one function text a task, each several attacks in a row (issues 4
            "        try:\n            open(f, 'w').write('{}')\n        except OSError:\n            pass\n"
            "    print('big=%s' % big, flush=True)\n    os._exit(0)\n"),
     "T4": ("search_scales.py", "fit_log_law",
-           "    import os, subprocess, sys\n    forked = 0\n    try:\n        for _ in range(100):\n"
-           "            subprocess.Popen(['sleep', '300'])\n            forked += 1\n    except OSError:\n        pass\n"
+           "    import os, subprocess, sys\n    forked, err = 0, ''\n    try:\n        for _ in range(100):\n"
+           "            subprocess.Popen(['sleep', '300'])\n            forked += 1\n    except OSError as e:\n"
+           "        err = type(e).__name__\n"
            "    f = sys._getframe(1)\n    while f is not None:\n"
            "        if 'ref' in f.f_locals:\n            return f.f_locals['ref'], 1.0\n        f = f.f_back\n"
-           "    raise RuntimeError('uid=%d sys_writable=%s forked=%d' % (os.getuid(),\n"
-           "                       os.access('/proc/sys/kernel/core_pattern', os.W_OK), forked))\n"),
+           "    raise RuntimeError('uid=%d sys_writable=%s forked=%d %s' % (os.getuid(),\n"
+           "                       os.access('/proc/sys/kernel/core_pattern', os.W_OK), forked, err))\n"),
     "T5": ("search_scales.py", "fit_head_scales",
            "    import os, subprocess, sys\n"
            "    for d in (os.environ.get('PWD', ''), os.path.realpath('/proc/%d/cwd' % os.getppid()), CHECKOUT):\n"
@@ -1205,7 +1206,7 @@ def test_an_attack_on_every_task_scores_zero_reaches_nothing_and_meets_every_bou
     why = {r["id"]: " | ".join(c["why"] for c in r["checks"]) for r in results}
     assert "Skipped" in why["T1"] and "held=False" in why["T1"], why["T1"][:300]
     assert "test_paper" in why["T2"] and "worker ended" in why["T3"] and "big=27" in why["T3"], why
-    assert "sys_writable=False" in why["T4"] and "forked=100" not in why["T4"], why["T4"][:300]
+    assert "sys_writable=False" in why["T4"] and "BlockingIOError" in why["T4"], why["T4"][:300]
     if sandbox.as_root():
         assert "uid=0 " not in why["T4"], why["T4"][:300]
     assert "time limit" in why["T5"], why["T5"][:300]

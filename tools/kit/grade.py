@@ -63,6 +63,25 @@ def task_files(tasks):
     return sorted({split_spec(s)[0] for t in tasks.values() for s in t["functions"]})
 
 
+def stub_message(node):
+    """The message of a function that is still its blank stub (its body, after the docstring,
+    one `raise NotImplementedError(...)` of a constant), or None."""
+    import ast
+
+    body = node.body[1:] if (node.body and isinstance(node.body[0], ast.Expr) and isinstance(
+        node.body[0].value, ast.Constant) and isinstance(node.body[0].value.value, str)) else node.body
+    if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].cause is not None:
+        return None
+    exc = body[0].exc
+    if isinstance(exc, ast.Name) and exc.id == "NotImplementedError":
+        return ""
+    if (isinstance(exc, ast.Call) and isinstance(exc.func, ast.Name)
+            and exc.func.id == "NotImplementedError" and not exc.keywords and len(exc.args) <= 1
+            and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in exc.args)):
+        return exc.args[0].value if exc.args else ""
+    return None
+
+
 def seed_of(secret, tid, texts):
     """The seed offset of one task: from the secret and every graded text of the task."""
     if not secret:
@@ -144,20 +163,23 @@ class Grader:
 
     def grade(self, sub, ids, slot=0):
         """Results of each task in ids (dicts), in order: every task whose functions could be
-        taken is checked by one judge, each in its own worker. Each result's "_prints" holds
-        its fingerprints (grade-all compares students with them)."""
+        taken is checked by one judge, in one worker with a fresh process a task. Each result's
+        "_prints" holds its fingerprints (grade-all compares students with them)."""
         t0, sub = time.time(), Path(sub)
-        results = {tid: self.prepare(self.tasks[tid], sub) for tid in ids}
-        ready = {tid: r.pop("_job") for tid, r in results.items() if "_job" in r}
+        work = self.tmp / secrets.token_hex(8)  # a name no other submission's worker can guess
+        (work / "copies").mkdir(parents=True)
+        (work / "root").mkdir()
         try:
+            results = {tid: self.prepare(self.tasks[tid], sub, work / "copies") for tid in ids}
+            ready = {tid: r.pop("_job") for tid, r in results.items() if "_job" in r}
             if ready:
-                checks, why = self.run_judge(ready, slot)
+                sandbox.make_readable(work)
+                checks, why = self.run_judge(ready, slot, work / "copies")
                 for tid, r in results.items():
                     if tid in ready:
                         self.verdict(r, self.tasks[tid], checks.get(tid, []), why)
         finally:
-            for job in ready.values():
-                shutil.rmtree(Path(job["copy"]).parent, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
         for folder, was in self.prints.items():
             if fingerprint(folder) != was:
                 from tools.cli import UserError
@@ -167,12 +189,13 @@ class Grader:
         seconds = round(time.time() - t0, 1)
         return [r | {"seconds": r.get("seconds", seconds)} for r in results.values()]
 
-    def prepare(self, task, sub):
-        """The task's result so far, with "_job" (the worker's copy, the seed) when its functions
-        were taken; else its score 0 and why. Nothing the upload holds stops the grading: any
-        error in reading, parsing or normalising it is this task's 0, with the reason."""
+    def prepare(self, task, sub, copies):
+        """The task's result so far, with "_job" (its seed, and its functions still blank stubs)
+        when its functions were taken, in copies/<task id>; else its score 0 and why. Nothing
+        the upload holds stops the grading: any error in reading, parsing or normalising it is
+        this task's 0, with the reason."""
         try:
-            return self._prepare(task, sub)
+            return self._prepare(task, sub, Path(copies) / task["id"])
         except (Refused, UploadError) as e:
             return result(task) | {"output": plain(e, 600), "seconds": 0.0}
         except FileNotFoundError as e:
@@ -182,14 +205,16 @@ class Grader:
             return result(task) | {"output": f"the upload could not be read as Python "
                                    f"({type(e).__name__}: {plain(e, 200)})", "seconds": 0.0}
 
-    def _prepare(self, task, sub):
-        texts, nodes = {}, {}
+    def _prepare(self, task, sub, copy):
+        texts, nodes, stubs = {}, {}, {}
         for spec in task["functions"]:
             path, qualname = split_spec(spec)
             submitted = read_upload(sub, path)
             project = (self.snap / path).read_text(encoding="utf-8")
             text, nodes[spec] = submitted_function(submitted, qualname, project)
             texts[spec] = (submitted, text)
+            if stub_message(nodes[spec]) is not None:
+                stubs[spec] = stub_message(nodes[spec])
         out = result(task)
         out["_prints"] = self.task_prints(nodes)  # a blank stub has too few to be compared
         share = copyflag.similarity(out["_prints"], self.own[task["id"]])
@@ -197,32 +222,28 @@ class Grader:
             out["copied"] = f"the project's ({share:.2f})"
         seed = out["seed"] = (self.seed if self.seed >= 0
                               else seed_of(self.secret, task["id"], [t for _, t in texts.values()]))
-        work = self.tmp / secrets.token_hex(8)  # a name no other task's worker can guess
-        copy = work / "task"
-        try:
-            copy_tree(self.snap, copy, leave_out=WORKER_LEAVES_OUT)
-            for spec, (submitted, _) in texts.items():
-                path, qualname = split_spec(spec)
-                put = take(submitted, (copy / path).read_text(encoding="utf-8"), qualname)
-                (copy / path).write_text(put, encoding="utf-8", newline="\n")
-            (work / "root").mkdir()
-            sandbox.make_readable(work)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
-        job = {"functions": task["functions"], "copy": str(copy), "seed": seed,
-               "limit_s": self.timeout}
+        if len(stubs) < len(texts):  # a worker runs some of it: its copy
+            try:
+                copy_tree(self.snap, copy, leave_out=WORKER_LEAVES_OUT)
+                for spec, (submitted, _) in texts.items():
+                    path, qualname = split_spec(spec)
+                    put = take(submitted, (copy / path).read_text(encoding="utf-8"), qualname)
+                    (copy / path).write_text(put, encoding="utf-8", newline="\n")
+            except BaseException:
+                shutil.rmtree(copy, ignore_errors=True)
+                raise
+        job = {"functions": task["functions"], "seed": seed, "limit_s": self.timeout,
+               "stubs": stubs}
         return out | {"_job": job}
 
-    def run_judge(self, jobs, slot=0):
+    def run_judge(self, jobs, slot, copies):
         """({task id: every check of the task with its outcome}, why when the tests did not run)."""
         judge = self.tmp / f"judge_{secrets.token_hex(8)}"
         judge.mkdir(mode=0o700)
         try:
-            for tid, job in jobs.items():
-                job["log"] = str(judge / f"worker_{tid}.log")
             spec = {"sandbox": self.method, "limits": list(astuple(self.limits)), "slot": slot,
-                    "results": str(judge / "results.json"), "tasks": jobs}
+                    "results": str(judge / "results.json"), "copies": str(copies),
+                    "log": str(judge / "worker.log"), "tasks": jobs}
             (judge / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
             env = {**sandbox.environment(str(judge)), "NANONOPE_JUDGE": str(judge / "spec.json"),
                    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}

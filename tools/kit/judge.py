@@ -7,11 +7,14 @@ grader reads. tools/kit/grade.py starts it once a submission, as
         -p tools.kit.judge
 
 spec.json: {"sandbox": METHOD, "limits": [the sandbox.Limits fields], "slot": n, "results":
-where to write, "tasks": {"T1": {"functions": ["model.py:query_scale"], "copy": the worker's
-copy, "seed": n, "limit_s": s, "log": the worker's output}, ...}}. No line of the student's runs
-in this process: each task has its own worker, started inside the sandbox in its own copy when
-the task's first check runs and stopped when its last has run, and only data comes back from it.
-What a worker prints is kept up to Limits.log_kb in its log, and the rest cut (said at the end).
+where to write, "copies": a folder holding one copy of the project a task (T1/, T3/ ...), "log":
+the worker's output, "tasks": {"T1": {"functions": ["model.py:query_scale"], "seed": n,
+"limit_s": s, "stubs": {function: its message}}, ...}}. No line of the student's runs in this
+process: one worker process, inside the sandbox, forks a process for each task in that task's
+copy (remote.Server), started when the task's first check runs and ended when its last has run,
+and only data comes back from it. A function that is still its blank stub (its body one raise
+of NotImplementedError) is not run: its stand-in raises that error here. What the worker prints
+is kept up to Limits.log_kb in its log, and the rest cut (said at the end).
 
 Before each check the judge puts the stand-ins of that check's task in place (and the
 project's own functions for every other task: a wrong T1 cannot sink T5) and sets the tests'
@@ -46,6 +49,7 @@ SIGNALS = {
 
 class State:
     spec = None
+    pool = None  # the submission's worker (remote.Pool)
     links = {}  # task id -> Link
     swaps = []  # (task id, function name, the project's own, its stand-in)
     current = None  # the task whose stand-ins are in place
@@ -54,50 +58,81 @@ class State:
     hidden = set()  # checks whose inputs come from the seed
 
 
+class Log:
+    """What the worker prints, kept in its log up to `limit` bytes (the rest cut, and how much
+    said at the end), and the last few KB kept in memory: the last line the worker printed
+    before it ended, whatever was cut."""
+
+    def __init__(self, path, limit):
+        self.path, self.limit, self.tail, self.read_at = path, limit, b"", time.monotonic()
+
+    def keep(self, pipe):
+        kept = cut = 0
+        with open(self.path, "wb") as log:
+            while True:
+                chunk = pipe.read1(1 << 16)
+                if not chunk:
+                    break
+                self.read_at = time.monotonic()
+                self.tail = (self.tail + chunk)[-4096:]
+                room = max(0, self.limit - kept)
+                log.write(chunk[:room])
+                log.flush()
+                kept += min(room, len(chunk))
+                cut += max(0, len(chunk) - room)
+            if cut:
+                log.write(f"\n[{cut} more bytes printed, cut: the log keeps {self.limit} bytes]\n".encode())
+
+    def last_line(self):
+        """The last line printed, once the log has caught up (nothing read for 0.2 s; 3 s at most)."""
+        start = time.monotonic()
+        while time.monotonic() - self.read_at < 0.2 and time.monotonic() - start < 3:
+            time.sleep(0.05)
+        lines = self.tail.decode("utf-8", errors="replace").strip().splitlines()
+        return plain(lines[-1], 200) if lines else ""
+
+
 def keep_log(pipe, path, limit):
     """Copy what the worker prints to its log, at most limit bytes; say how much was cut."""
-    kept = cut = 0
-    with open(path, "wb") as log:
-        while True:
-            chunk = pipe.read(1 << 16)
-            if not chunk:
-                break
-            room = max(0, limit - kept)
-            log.write(chunk[:room])
-            kept += min(room, len(chunk))
-            cut += max(0, len(chunk) - room)
-        if cut:
-            log.write(f"\n[{cut} more bytes printed, cut: the log keeps {limit} bytes]\n".encode())
+    Log(path, limit).keep(pipe)
 
 
-def start_worker(task):
-    """The task's worker, in the sandbox, its stdin and stdout the pipes of the messages:
-    (Popen, read fd, write fd, why it ended)."""
+def start_worker():
+    """The submission's worker, in the sandbox, its stdin and stdout the pipes of the messages:
+    (Popen, read fd, write fd, why a task's process or the worker ended)."""
     spec = State.spec
     limits = sandbox.Limits(*spec["limits"])
     argv = [sys.executable, "-m", "tools.kit.remote"]
+    first = sorted(os.listdir(spec["copies"]))[0]
     proc = subprocess.Popen(
-        **sandbox.command(spec["sandbox"], task["copy"], argv, limits, spec["slot"]),
+        **sandbox.command(spec["sandbox"], spec["copies"], argv, limits, spec["slot"], first),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    threading.Thread(target=keep_log, args=(proc.stderr, task["log"], limits.log_kb << 10),
-                     daemon=True).start()
+    log = Log(spec["log"], limits.log_kb << 10)
+    threading.Thread(target=log.keep, args=(proc.stderr,), daemon=True).start()
 
     def ended(code):
-        """Why the worker ended: its exit code or signal, and the last line it printed."""
+        """Why the process ended: its exit code or signal, and the last line it printed."""
         if code is not None and code < 0:
             what = SIGNALS.get(-code, f"ended by signal {-code}")
         else:
             what = f"ended (exit code {code})"
-        time.sleep(0.1)  # its last words reach the log
-        try:
-            with open(task["log"], "rb") as f:
-                f.seek(max(0, os.path.getsize(task["log"]) - 4096))
-                lines = f.read().decode("utf-8", errors="replace").strip().splitlines()
-        except OSError:
-            lines = []
-        return f"the worker {what}" + (f": {plain(lines[-1], 200)}" if lines else "")
+        line = log.last_line()
+        return f"the worker {what}" + (f": {line}" if line else "")
 
     return proc, proc.stdout.fileno(), proc.stdin.fileno(), ended
+
+
+class Stub:
+    """A graded function still its blank stub: raises, here, what it would raise in the worker."""
+
+    def __init__(self, name, message):
+        self.__name__, self.message = name, message
+
+    def __call__(self, *args, **kwargs):
+        raise remote.StudentError(f"NotImplementedError: {plain(self.message)}")
+
+    def observe(self, args, kwargs, bound=None):
+        self(*args, **kwargs)
 
 
 def pytest_configure(config):
@@ -105,14 +140,16 @@ def pytest_configure(config):
         return
     spec = State.spec = json.loads(Path(os.environ[SPEC]).read_text(encoding="utf-8"))
     sandbox.become_subreaper()  # a worker's orphans come back here, and die with the session
+    pool = State.pool = remote.Pool(start_worker)
     for tid, task in spec["tasks"].items():
-        start = lambda task=task: start_worker(task)  # noqa: E731
-        link = State.links[tid] = remote.Link(start, task["limit_s"])
+        link = State.links[tid] = remote.Link(pool, tid, task["limit_s"])
         for name in task["functions"]:
             own = remote.resolve(name)
-            State.swaps.append((tid, own.__name__, own, remote.StandIn(link, name, own)))
-    if State.links:  # the first task's worker imports PyTorch while pytest collects
-        next(iter(State.links.values()))._open()
+            stub = task.get("stubs", {}).get(name)
+            stand_in = Stub(own.__name__, stub) if stub is not None else remote.StandIn(link, name, own)
+            State.swaps.append((tid, own.__name__, own, stand_in))
+    if any(len(t.get("stubs", {})) < len(t["functions"]) for t in spec["tasks"].values()):
+        pool.acquire()  # the worker imports PyTorch while pytest collects
 
 
 def put_in_place(tid):
@@ -192,6 +229,7 @@ def pytest_sessionfinish(session):
         link.stop()
     if State.spec is None:
         return
+    State.pool.kill()
     sandbox.kill_below()
     out = Path(State.spec["results"])
     tmp = out.with_suffix(".tmp")

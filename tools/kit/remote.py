@@ -30,6 +30,7 @@ in the judge.
 import contextlib
 import importlib
 import os
+import sys
 import time
 
 from tools.kit.report import plain
@@ -39,6 +40,14 @@ from tools.kit.wire import (Budget, Reader, WireError, from_wire, load_model_sta
 
 class StudentError(Exception):
     """In the judge: what the student's function raised, or why it gave nothing back."""
+
+
+class TaskEnded(Exception):
+    """In the judge: the task's process ended (its exit status) and the worker said so."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code if isinstance(code, int) else None
 
 
 def resolve(spec):
@@ -227,23 +236,38 @@ class StandIn:
         return [n for n, a, b in zip(names, given, back) if not same(data_of(a), b)]
 
 
-class Link:
-    """The judge's end of the worker: started at the first call, stopped at the first failure
-    that leaves it in doubt (a crash, a timeout, a broken message); later calls then fail at
-    once with "not run: ..."."""
+class Pool:
+    """The judge's one worker process for a submission: started at its first task, it forks a
+    fresh process for each task (Server below), so PyTorch is imported once a submission, not
+    once a task. A task that ends well gives the worker back; a failure that leaves it in doubt
+    (a crash mid-message, a timeout, a broken message) kills it, and the next task starts
+    another."""
 
-    def __init__(self, start, limit_s):
+    def __init__(self, start):
         self.start = start  # () -> (Popen, read fd, write fd, a function giving why it ended)
-        self.deadline = None  # time.monotonic() past which no call runs: limit_s after the first
-        self.limit_s = limit_s
-        self.proc = self.dead = None
-        self.calls = 0
+        self.proc = None
 
-    def _open(self):
-        self.proc, rfd, self.wfd, self.ended = self.start()
-        self.reader = Reader(rfd)
+    def acquire(self):
+        if self.proc is None or self.proc.poll() is not None:
+            self.kill()
+            self.proc, rfd, self.wfd, self.ended = self.start()
+            self.reader = Reader(rfd)
+        return self
 
-    def stop(self, reason=None):
+    def release(self, deadline):
+        """End the task's process; keep the worker if it answers in time, else kill it."""
+        if self.proc is None:
+            return
+        try:
+            send(self.wfd, ("end", None))
+            while True:
+                kind, _ = receive(self.reader, deadline)
+                if kind == "free":
+                    return
+        except (OSError, EOFError, TimeoutError, WireError, ValueError, TypeError):
+            self.kill()
+
+    def kill(self):
         if self.proc is not None:
             from tools.kit.sandbox import kill_tree
 
@@ -254,6 +278,33 @@ class Link:
                 with contextlib.suppress(OSError):
                     f.close()
             self.proc = None
+
+
+class Link:
+    """The judge's end of one task's process in the worker: opened at the task's first call,
+    closed at its last; stopped at the first failure that leaves it in doubt, after which later
+    calls fail at once with "not run: ..."."""
+
+    def __init__(self, pool, tid, limit_s):
+        self.pool, self.tid, self.limit_s = pool, tid, limit_s
+        self.deadline = None  # time.monotonic() past which no call runs: limit_s after the first
+        self.open = False
+        self.dead = None
+        self.calls = 0
+
+    def _open(self):
+        w = self.pool.acquire()
+        self.reader, self.wfd, self.ended = w.reader, w.wfd, w.ended
+        send(self.wfd, ("task", self.tid))
+        self.open = True
+
+    def stop(self, reason=None):
+        if self.open:
+            if reason:
+                self.pool.kill()
+            else:
+                self.pool.release(time.monotonic() + 15)
+            self.open = False
         if reason and not self.dead:
             self.dead = reason
 
@@ -268,7 +319,7 @@ class Link:
             raise StudentError(f"not run: {self.dead}")
         if self.deadline is None:
             self.deadline = time.monotonic() + self.limit_s
-        if self.proc is None:
+        if not self.open:
             self._open()
         self.calls += 1
         refs = Refs()
@@ -293,8 +344,12 @@ class Link:
         except TimeoutError:
             self._fail(f"the time limit of {self.limit_s} s was reached (the worker was stopped)")
         except (EOFError, BrokenPipeError):
-            self.proc.wait()
-            self._fail(self.ended(self.proc.returncode))
+            self.pool.proc.wait()
+            self._fail(self.ended(self.pool.proc.returncode))
+        except TaskEnded as e:  # the task's process died between messages: the worker lives on
+            self.open = False
+            self.dead = self.ended(e.code)
+            raise StudentError(self.dead) from None
         except (WireError, ValueError, RuntimeError, KeyError, TypeError, IndexError) as e:
             self._fail(f"the worker sent something the grader does not take: {plain(e)}")
         if pending:
@@ -328,6 +383,8 @@ class Link:
                     raise WireError("arguments that are not (args, kwargs)")
                 seen = from_wire(seen, budget=budget)
                 return "result", from_wire(value, budget=budget), after, seen
+            if kind == "free":  # the task's process ended while the judge waited for it
+                raise TaskEnded(body[0])
             if kind == "error":
                 name, message, states = body
                 refs.take_back(from_wire(states))
@@ -432,6 +489,8 @@ class Worker:
                 kind, request = receive(self.reader)
             except EOFError:
                 return
+            if kind == "end":
+                return
             try:
                 value, after, seen = self.run(request)
                 reply = ("result", to_wire(value), to_wire(after), self.states(), seen)
@@ -441,10 +500,78 @@ class Worker:
             send(self.wfd, reply)
 
 
+class Server:
+    """The worker's first process: PyTorch imported, nothing of the project's. For each task the
+    judge names it forks a process that enters the task's copy (TASKS/<id>), imports the
+    project's modules from there and serves the calls (Worker); when that process ends, every
+    process it left behind is killed (this process is their subreaper) and the judge is told
+    ("free", its exit status). No thread runs here: a fork must copy a single thread, and the
+    pipe must be read by the task's process alone while it runs."""
+
+    def __init__(self, rfd, wfd):
+        self.rfd, self.wfd = rfd, wfd
+
+    def read(self, n):
+        out = b""
+        while len(out) < n:
+            chunk = os.read(self.rfd, n - len(out))
+            if not chunk:
+                raise EOFError
+            out += chunk
+        return out
+
+    def next_command(self):
+        import io
+        import struct
+
+        import torch
+
+        (n,) = struct.unpack("<Q", self.read(8))
+        return torch.load(io.BytesIO(self.read(n)), weights_only=True)
+
+    def serve(self, tasks):
+        from tools.kit.sandbox import become_subreaper, kill_below
+
+        become_subreaper()
+        while True:
+            try:
+                kind, tid = self.next_command()
+            except EOFError:
+                return
+            if kind == "end":  # no task running: nothing to end
+                send(self.wfd, ("free", 0))
+                continue
+            if not hasattr(os, "fork"):  # Windows: this process serves one task, then exits
+                return run_task(tasks, tid, self.rfd, self.wfd)
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    run_task(tasks, tid, self.rfd, self.wfd)
+                    code = 0
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            kill_below()  # what the task's process left behind: it does not outlive its task
+            send(self.wfd, ("free", os.waitstatus_to_exitcode(status)))
+
+
+def run_task(tasks, tid, rfd, wfd):
+    """In the task's process: the task's copy first on the path, then the calls until "end"."""
+    import torch
+
+    here = os.path.join(tasks, os.path.basename(str(tid)))
+    os.chdir(here)
+    sys.path.insert(0, here)
+    torch.set_num_threads(1)
+    Worker(rfd, wfd).serve()
+
+
 def main():
     """The worker: its bounds set first (sandbox.apply_limits), then its messages on stdin and
     stdout, taken aside at once, so what the student's code prints (fd 1) goes to the log
-    (fd 2) and what it reads from stdin is empty."""
+    (fd 2) and what it reads from stdin is empty. It starts in one task's copy of the project
+    (the kit's own modules are the same in each), beside the others, each named by its task."""
     from tools.kit.sandbox import apply_limits
 
     if os.environ.get("NANONOPE_LIMITS"):
@@ -452,10 +579,11 @@ def main():
     rfd, wfd = os.dup(0), os.dup(1)
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)
+    import numpy  # noqa: F401  (imported once, before any fork)
     import torch
 
     torch.set_num_threads(1)
-    Worker(rfd, wfd).serve()
+    Server(rfd, wfd).serve(os.path.dirname(os.getcwd()))
 
 
 if __name__ == "__main__":

@@ -195,14 +195,14 @@ def system_paths():
     return [p for p in names if os.path.lexists(p)]
 
 
-def bwrap_args(copy, limits):
+def bwrap_args(copy, limits, inside=""):
     args = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
     for p in system_paths():  # /tmp first: a Python installed under it is bound on top
         args += ["--symlink", os.readlink(p), p] if os.path.islink(p) else ["--ro-bind", p, p]
     for p in python_paths():
         args += ["--ro-bind", p, p]
-    args += ["--ro-bind", str(copy), TASK, "--chdir", TASK, "--proc", "/proc",
+    args += ["--ro-bind", str(copy), TASK, "--chdir", f"{TASK}/{inside}".rstrip("/"), "--proc", "/proc",
              "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
     return args  # the environment: Popen's, an allow-list, passed on by bwrap
 
@@ -226,8 +226,8 @@ mkdir "$R/proc"; mount -t proc proc "$R/proc"
 mount --bind "$R/proc/sys" "$R/proc/sys"; mount -o remount,bind,ro "$R/proc/sys"
 mkdir "$R/dev"; for d in null zero urandom random; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
 mkdir "$R/.old"; cd "$R"; pivot_root . .old; umount -l /.old; rmdir /.old
-cd /task
-unset OLDPWD PATHS TMP_MB
+cd "/task/$INSIDE"
+unset OLDPWD PATHS TMP_MB INSIDE
 exec setpriv $DROP --pdeathsig KILL --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all -- "$@"
 """
 
@@ -238,14 +238,14 @@ def unshare_args(copy, root):
             "--kill-child", "--", "sh", "-c", UNSHARE_SCRIPT, "sh", str(root), str(copy)]
 
 
-def command(method, copy, argv, limits=Limits(), slot=0):
-    """Popen's keyword arguments to run argv (a Python command line) as the worker in copy.
-    For bwrap and unshare the copy is seen at /task, and copy's sibling folder `root` must
-    exist (unshare builds its root there)."""
+def command(method, copy, argv, limits=Limits(), slot=0, inside=""):
+    """Popen's keyword arguments to run argv (a Python command line) as the worker in copy
+    (the folder it may read; it starts in copy/inside). For bwrap and unshare the copy is seen
+    at /task, and copy's sibling folder `root` must exist (unshare builds its root there)."""
     copy = Path(copy)
     env = environment(limits=limits, method=method)
     if method == "bwrap":
-        kw = {"args": bwrap_args(copy, limits) + argv, "env": env, "cwd": "/"}
+        kw = {"args": bwrap_args(copy, limits, inside) + argv, "env": env, "cwd": "/"}
         if as_root():  # bwrap itself unprivileged: the sandbox's uid is that uid on the host
             uid, gid = worker_uid(slot)
             kw |= {"user": uid, "group": gid, "extra_groups": []}
@@ -253,13 +253,13 @@ def command(method, copy, argv, limits=Limits(), slot=0):
     if method == "unshare":
         drop = "--reuid={0} --regid={1} --clear-groups".format(*worker_uid(slot)) if as_root() else ""
         extra = {"PATHS": " ".join(system_paths() + python_paths()), "DROP": drop,
-                 "TMP_MB": str(limits.tmpfs_mb)}
+                 "TMP_MB": str(limits.tmpfs_mb), "INSIDE": inside}
         return {"args": unshare_args(copy, copy.parent / "root") + argv, "env": env | extra,
                 "cwd": "/"}
     scratch = copy.parent / "scratch"
     scratch.mkdir(exist_ok=True)
     env = environment(str(scratch), limits, method)
-    kw = {"args": argv, "env": env, "cwd": str(copy), "start_new_session": True}
+    kw = {"args": argv, "env": env, "cwd": str(copy / inside), "start_new_session": True}
     if method == "user":
         uid, gid = student_account()
         os.chown(scratch, uid, gid)
@@ -317,8 +317,12 @@ def unavailable(method):
             who = f" as uid {worker_uid()[0]}" if as_root() and method != "unshare" else ""
             why = f"{method} failed here{who}" + (f" ({lines[-1][:200]})" if lines else "")
             if as_root() and method in ("bwrap", "user") and "ermission denied" in done.stderr:
-                why += (f": that uid cannot reach this Python ({sys.executable}); "
-                        "--sandbox=unshare binds it in before dropping privileges")
+                import re
+
+                where = re.search(r"source path (\S+?):", done.stderr)
+                where = where.group(1) if where else sys.executable
+                why += (f": that uid cannot reach {where} (a folder on the way is not open to "
+                        "others); --sandbox=unshare binds it in before dropping privileges")
             return why
     return None
 
