@@ -19,7 +19,7 @@ same settings (rerun after an interruption and nothing finished is lost; --force
      the best zero-shot factor of PI, NTK-aware and YaRN per length
      (search_scales.py --rope_grid), and PI and YaRN fine-tuned at 4L with HeadScale's budget
      of steps and sequences (train.py --init_from)
-  4. evaluate every variant at L..16L, plus each model reading only its last L positions
+  4. evaluate every variant at L..8L (the presets; cpu_long to 16L), plus each model reading only its last L positions
      (evaluate.py; a row's excess over that reference is what the long context costs it)
   5. passkey retrieval (presets cpu_long and cpu_char, or --passkey=true; the cpu preset leaves it
      out to save time): both models fine-tuned on text mixed with passkey examples at L, the
@@ -80,7 +80,7 @@ class StudyConfig:
     grid_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0])   # UniformScale targets (units of L)
     fit_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0])         # HeadScale targets
     ablation_length: float = 4.0        # where the no-clamp and no-init ablations are fitted
-    lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0, 16.0])  # evaluation lengths
+    lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])  # evaluation lengths (units of L)
     windows: int = 0                    # evaluation windows per length (0 = the scripts' default)
     fit_steps: int = 0                  # HeadScale steps (0 = the preset's, else 200)
     notoken: bool = True                # also train and evaluate NoPE without the start token (nope_notoken)

@@ -11,7 +11,8 @@ crash mid-class loses no finished row. The one stop: the checkout or the snapsho
 
 Its columns: student, each task's points, total, problems (each failed task's first reason),
 copied (tasks whose functions are the project's own, tools/kit/copyflag.py) and same_as (tasks
-whose functions match another student's, with whom and how closely). Neither changes a score.
+whose functions lie wholly inside another student's, with whom and how closely; a task already
+flagged as the project's is not compared again). Neither changes a score.
 """
 
 import os
@@ -92,7 +93,9 @@ def grade_all(folder, ids, tasks, cfg, root):
             row["problems"] = csv_cell(problems)
             with lock:
                 rows[sub.name] = row
-                prints[sub.name] = {r["id"]: r.get("_prints") for r in results or []}
+                # two copies of the project's function match each other: said once, as copied
+                prints[sub.name] = {r["id"]: None if r.get("copied") else r.get("_prints")
+                                    for r in results or []}
                 write()
                 done = time.time() - t0
                 eta = done / len(rows) * (len(students) - len(rows))

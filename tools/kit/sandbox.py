@@ -94,6 +94,8 @@ def apply_limits(text):
     if nproc:
         pairs.append((resource.RLIMIT_NPROC, nproc))
     for what, value in pairs:
+        hard = resource.getrlimit(what)[1]  # never above what this process may set
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(what, (value, value))
 
 
