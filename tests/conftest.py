@@ -93,6 +93,15 @@ def make_docs(n_docs, seed, min_len=400, max_len=3000):
 
 
 @pytest.fixture(scope="session")
+def builtin_corpus(tmp_path_factory):
+    """The built-in corpus prepared in the session's temp folder (not data/pystdlib/ of the
+    checkout: the suite writes nowhere else), for the runs that read the tiny preset's data."""
+    out = tmp_path_factory.mktemp("corpus") / "pystdlib"
+    run_script("data/pystdlib/prepare.py", f"--out_dir={out}")
+    return out
+
+
+@pytest.fixture(scope="session")
 def tiny_dataset(tmp_path_factory):
     """A prepared character-level dataset folder: 40 training and 8 validation documents."""
     out = tmp_path_factory.mktemp("data") / "tiny"

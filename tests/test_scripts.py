@@ -157,11 +157,11 @@ def test_evaluate_bad_input(trained, tmp_path):
     assert proc.returncode == 2 and "longest length available" in proc.stderr
 
 
-def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
+def test_reproduce_runs_every_stage_then_skips_them(tmp_path, builtin_corpus):
     out = tmp_path / "study"
     # L = 104: just long enough for a passkey example, so the passkey stage runs too
     fast = ["--lengths=1,2", "--grid_lengths=2,4,8", "--block_size=104", "--passkey_steps=6",
-            "--passkey_keys=1", "--passkey_lengths=1"]
+            "--passkey_keys=1", "--passkey_lengths=1", f"--dataset={builtin_corpus}"]
     proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, timeout=600)
     assert (out / "report.md").exists()
     res = json.loads((out / "eval" / "results.json").read_text())
@@ -209,7 +209,7 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path):
     with open(out / "passkey" / "passkey.csv") as f:  # retrieval too: loss alone flatters a short reach
         assert {r["method"] for r in csv.DictReader(f)} >= {"hybrid", "hybrid_swa", "drope"}
     proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", "--grid_lengths=2,4", "--slopes",
-                      check=False)
+                      f"--dataset={builtin_corpus}", check=False)
     assert proc.returncode == 2 and "--grid_lengths" in proc.stderr
     # the findings check reads the study's files; the sweep tabulates it
     proc = run_script("tools/findings.py", str(out))
@@ -352,13 +352,14 @@ def test_evaluate_and_passkey_on_another_dataset_say_so_in_one_line(trained, tmp
         assert "token ids, the checkpoint" in proc.stderr or "other text" in proc.stderr
 
 
-def test_sweep_screen_trains_both_models_per_seed_and_tabulates_them(tmp_path):
-    run_script("data/pystdlib/prepare.py")  # the tiny recipe reads the built-in corpus
-    out = tmp_path / "sweep"
-    run_script("tools/sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}")
+def test_sweep_screen_trains_both_models_per_seed_and_tabulates_them(tmp_path, builtin_corpus):
+    out = tmp_path / "sweep"  # the tiny recipe on the built-in corpus, prepared in the temp folder
+    run_script("tools/sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}",
+               f"--dataset={builtin_corpus}")
     rows = json.loads((out / "screen.json").read_text())["rows"]
     assert {(r["seed"], r["pos_encoding"]) for r in rows} == {(1, "nope"), (1, "rope"), (2, "nope"), (2, "rope")}
     assert all(r["final_val_bpb"] > 0 for r in rows)
-    assert "| tiny | pystdlib |" in (out / "screen.md").read_text()
-    again = run_script("tools/sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}")
+    assert f"| tiny | {builtin_corpus} |" in (out / "screen.md").read_text()
+    again = run_script("tools/sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}",
+                       f"--dataset={builtin_corpus}")
     assert again.stdout.count("done before, skipped") == 4

@@ -88,10 +88,17 @@ class SweepConfig:
     passkey: bool = False               # a study also runs the passkey stage (finding 8)
     out_dir: str = "out/sweep"          # one folder per (recipe, seed), plus sweep.md or screen.md
     table_only: bool = False            # only rebuild the table from finished runs
+    dataset: str = ""                   # every recipe on this prepared dataset ('' = each recipe's own)
 
 
-def settings(recipe):
+def recipe_of(recipe, dataset=""):
+    """(preset, train.py settings) of a recipe, on `dataset` when one is given."""
     preset, train = RECIPES[recipe]
+    return preset, train | ({"dataset": dataset} if dataset else {})
+
+
+def settings(recipe, dataset=""):
+    preset, train = recipe_of(recipe, dataset)
     return preset, [f"--{k}={v}" for k, v in train.items()]
 
 
@@ -100,7 +107,7 @@ def settings(recipe):
 
 def screen(cfg):
     for recipe in ([] if cfg.table_only else cfg.recipes):
-        preset, train = settings(recipe)
+        preset, train = settings(recipe, cfg.dataset)
         for seed in cfg.seeds:
             for pe in ("nope", "rope"):
                 run_dir = os.path.join(cfg.out_dir, "screen", f"{recipe}_s{seed}", pe)
@@ -171,7 +178,7 @@ def studies(cfg):
     for recipe in cfg.recipes:
         runs = [os.path.join(cfg.out_dir, f"{recipe}_s{seed}") for seed in cfg.seeds]
         if not cfg.table_only:
-            preset, train = RECIPES[recipe]
+            preset, train = recipe_of(recipe, cfg.dataset)
             args = [f"--dataset={train['dataset']}"] if "dataset" in train else []
             rest = [f"{k}={v}" for k, v in train.items() if k != "dataset"]
             if rest:

@@ -19,6 +19,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 import zipfile
@@ -150,7 +151,12 @@ def try_zip(zip_path, submission, memory_mb=768, cpus=0.5):
     cpu = cpu_group(cpus)
     with tempfile.TemporaryDirectory(prefix="nanonope_autograder_") as root:
         unpack(zip_path, root)
-        shutil.copytree(submission, Path(root) / "submission")
+        shutil.copytree(submission, Path(root) / "submission", symlinks=True)
+        # run_autograder's interpreter is the one this command runs in (not python3 from PATH)
+        wrapper = Path(root) / "venv" / "bin" / "python"
+        wrapper.parent.mkdir(parents=True)
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n', encoding="utf-8")
+        wrapper.chmod(0o755)
         t0, peak = time.time(), 0
 
         def join():
