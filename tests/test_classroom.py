@@ -9,7 +9,7 @@ WRONG and every independent implementation in tests/independent/ (three a task, 
 handouts alone) runs through its task's checks in process, with the grader's check that inputs
 are left alone. End to end, with the bounds set small: the project (full), a blank copy (0), an
 attack on every task, a submission probing every bound, honest odd formatting and wrong answers,
-the Gradescope zip, the workflow and a class.
+the Gradescope zip, Classroom 50's tests and a class.
 
 No test here runs an attack outside a sandbox: the payloads aim at canaries inside the test's
 own temp folder, the gradings that run them skip (with the reason) where no sandbox works, and
@@ -288,6 +288,34 @@ def cases_of(test):
     return cases
 
 
+def copy_checks(kit, tid, functions):
+    """Every replayed check of task tid in the student copy `kit` (its stored calls), made here
+    on `functions` {qualname: function}: {check: None or the exception}."""
+    import evaluate
+    import model
+    import search_scales
+    from tools.kit import snapshots
+    modules = {"model.py": model, "search_scales.py": search_scales, "evaluate.py": evaluate}
+    spec = {q: p for s in read_tasks()[tid]["functions"] for p, q in [s.split(":")]}
+    saved, out = [], {}
+    for qualname, fn in functions.items():
+        module = modules[spec[qualname]]
+        saved.append((module, qualname, getattr(module, qualname)))
+        setattr(module, qualname, fn)
+    try:
+        for name, calls in snapshots.load(kit / "tests" / "snapshots").items():
+            if name.startswith(f"test_{tid}_"):
+                try:
+                    snapshots.replay(name, calls)
+                    out[name] = None
+                except Exception as e:  # noqa: BLE001
+                    out[name] = e
+    finally:
+        for module, qualname, old in saved:
+            setattr(module, qualname, old)
+    return out
+
+
 def load_function(tmp_path, path, text, qualname):
     """qualname from `text`, a version of the project's file `path`, imported from tmp_path."""
     f = tmp_path / f"v_{abs(hash(text))}_{Path(path).name}"
@@ -308,27 +336,37 @@ def functions_of(tmp_path, tid, texts):
 
 
 @pytest.mark.parametrize("tid", ["T1", "T2", "T3", "T4", "T5", "T6"])
-def test_the_projects_own_functions_pass_every_check_of_their_task(tid, tmp_path):
+def test_the_projects_own_functions_pass_every_check_of_their_task(tid, tmp_path, kit):
+    """Both ways: the grader's checks and the student copy's replayed ones."""
     texts = {p: (ROOT / p).read_text("utf-8") for p in ("model.py", "search_scales.py", "evaluate.py")}
-    failed = [(n, e) for n, e in task_checks(tid, functions_of(tmp_path, tid, texts)) if e is not None]
+    functions = functions_of(tmp_path, tid, texts)
+    failed = [(n, e) for n, e in task_checks(tid, functions) if e is not None]
     assert not failed, f"{tid}, the project's own functions: {failed[:1]}"
+    failed = {n: e for n, e in copy_checks(kit, tid, functions).items() if e is not None}
+    assert not failed, f"{tid}, the project's own functions, replayed in the copy: {failed}"
 
 
 @pytest.mark.parametrize("tid, what, path, edits", WRONG, ids=[w[1] for w in WRONG])
-def test_a_wrong_version_fails_a_check_of_its_task(tid, what, path, edits, tmp_path):
+def test_a_wrong_version_fails_a_check_of_its_task(tid, what, path, edits, tmp_path, kit):
+    """It fails a grader's check and a check of the student copy: the task scores 0 both ways
+    (the copy compares every value a check's calls return, so it may fail more checks)."""
     functions = functions_of(tmp_path, tid, {path: edited(path, edits)} | {
         p: (ROOT / p).read_text("utf-8") for p in ("model.py", "search_scales.py", "evaluate.py") if p != path})
     failed = [(n, e) for n, e in task_checks(tid, functions) if e is not None]
     assert failed, f"{what}: passes every check of {tid}"
+    assert any(e is not None for e in copy_checks(kit, tid, functions).values()), \
+        f"{what}: passes every replayed check of {tid} in the student copy"
 
 
 INDEPENDENT_VERSIONS = sorted(f.stem for f in INDEPENDENT.glob("T*_*.py"))
 
 
 @pytest.mark.parametrize("version", INDEPENDENT_VERSIONS)
-def test_an_independent_implementation_passes_every_check_and_is_not_flagged(version, tmp_path):
+def test_an_independent_implementation_passes_every_check_and_is_not_flagged(version, tmp_path, kit):
     """Written from the handout alone (tests/independent/README.md): taken by the grader's own
-    rules (source.take), every check passes, and the copy flag does not call it the project's."""
+    rules (source.take), every check passes, the grader's and the student copy's replayed ones
+    alike (the copy's feedback equals the grade), and the copy flag does not call it the
+    project's."""
     tid = version.split("_")[0]
     text = (INDEPENDENT / f"{version}.py").read_text("utf-8")
     texts, nodes = {}, {}
@@ -336,8 +374,11 @@ def test_an_independent_implementation_passes_every_check_and_is_not_flagged(ver
         path, qualname = spec.split(":")
         texts[path] = take(text, texts.get(path) or (ROOT / path).read_text("utf-8"), qualname)
         nodes[spec] = find_function(ast.parse(text), qualname)
-    failed = [(n, e) for n, e in task_checks(tid, functions_of(tmp_path, tid, texts)) if e is not None]
+    functions = functions_of(tmp_path, tid, texts)
+    failed = [(n, e) for n, e in task_checks(tid, functions) if e is not None]
     assert not failed, f"{version}: {failed[:1]}"
+    failed = {n: e for n, e in copy_checks(kit, tid, functions).items() if e is not None}
+    assert not failed, f"{version}, replayed in the student copy: {failed}"
     own = {s: find_function(ast.parse((ROOT / s.split(':')[0]).read_text('utf-8')), s.split(":")[1]) for s in nodes}
     share = copyflag.similarity(Grader.task_prints(nodes), Grader.task_prints(own))
     assert share < copyflag.FLAG, f"{version} flagged as the project's ({share:.2f})"
@@ -971,7 +1012,8 @@ def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit):
     tasks = tasks_of(project)
     for teacher in ("tests/test_classroom.py", "tests/test_model.py", "tests/conftest.py", "classroom/README.md",
                     "classroom/lab_key.md", "classroom/lab_ranges.json", ".ci/run", "tools/kit/grade.py", "tools/kit/judge.py",
-                    "tools/kit/sandbox.py", "tools/kit/student.py", "tools/kit/platforms.py", "tests/independent"):
+                    "tools/kit/sandbox.py", "tools/kit/student.py", "tools/kit/platforms.py", "tests/independent",
+                    ".github"):
         assert not (kit / teacher).exists(), teacher
     assert (kit / "classroom" / "lab.md").exists() and (kit / "classroom" / "T5.md").exists()
     assert sorted(p.name for p in (kit / "tests").iterdir()) == ["snapshots", "test_paper.py"]
@@ -991,7 +1033,7 @@ def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit):
 def test_the_student_copys_replay_holds_the_graders_bound_and_no_more(kit, tmp_path, monkeypatch):
     """The copy's stored T2 chunk check, replayed here: the project's function passes, the
     chunk-ignoring one fails naming the shape it made, and the bound is the grader's
-    B*nh*chunk*T, not the project's own largest tensor (the workflow test replays an
+    B*nh*chunk*T, not the project's own largest tensor (the Classroom 50 test replays an
     independent T2 that makes exactly that many values)."""
     import model
     from tools.kit import snapshots
@@ -1011,7 +1053,7 @@ def test_the_student_copys_replay_holds_the_graders_bound_and_no_more(kit, tmp_p
 def test_the_gradescope_zip_as_gradescope_runs_it(project, kit, tmp_path):
     """The zip for T1, T3 and T4, unpacked into a fake /autograder, run_autograder run on two
     uploads (about 20 s): the project nested in one folder (full), and a model.py that does not
-    parse (T1 0, the others full). (A blank copy's 0: the workflow test.)"""
+    parse (T1 0, the others full). (A blank copy's 0: the Classroom 50 test.)"""
     from tools.kit.platforms import unpack
     zip_path = tmp_path / "autograder.zip"
     done = subprocess.run([sys.executable, "tools/classroom.py", "gradescope", str(zip_path), "--tasks=T1,T3,T4",
@@ -1086,22 +1128,17 @@ def test_grade_all_writes_the_gradebook_with_both_copy_flags(project, kit, tmp_p
     assert "symbolic link" in rows["eve"]["problems"]
 
 
-def workflow_steps(text):
-    """(task, command, points) of each grading step of a written workflow."""
-    import re
-    return [(a, b, int(c)) for a, b, c in re.findall(r"test-name: (\S+)\n\s+command: (.+)\n\s+timeout: \d+\n"
-                                                       r"\s+max-score: (\d+)", text)]
-
-
 @pytest.mark.slow
-def test_the_classroom_workflow_gives_the_points_grade_gives(project, kit, tmp_path):
+def test_classroom50s_tests_give_the_points_grade_gives(project, kit, tmp_path):
     """A copy with T1, T3 and T5 written (the project's functions), T2 written independently
-    from its handout, T4 and T6 blank: each `command:` of its workflow, run as GitHub Classroom's
-    command grader runs it (a reduced environment), gives each task the points `grade` gives
-    with the public seeds (about 60 s): the copy's replayed checks accept what the grader does."""
+    from its handout, T4 and T6 blank: each test of its classroom50/tests.json, run as Classroom
+    50 runs a `run` test (its command, all or nothing on the exit code, a reduced environment),
+    gives each task the points `grade` gives with the public seeds (about 60 s): the copy's
+    replayed checks accept what the grader does. The copy holds no workflow of its own."""
     tasks = tasks_of(project)
     half = tmp_path / "half"
     shutil.copytree(kit, half)
+    assert not (half / ".github").exists() and not list(half.rglob("autograde.yaml"))
     for tid in ("T1", "T3", "T5"):
         for spec in tasks[tid]["functions"]:
             path, qualname = spec.split(":")
@@ -1112,21 +1149,25 @@ def test_the_classroom_workflow_gives_the_points_grade_gives(project, kit, tmp_p
     mine = take((INDEPENDENT / "T2_b.py").read_text("utf-8"), (half / "model.py").read_text("utf-8"),
                 "written_out_attention")
     (half / "model.py").write_text(mine, encoding="utf-8")
-    text = (half / ".github" / "workflows" / "classroom.yml").read_text("utf-8")
-    assert "cache: pip" in text and "torch==" in text and "download.pytorch.org/whl/cpu" in text
-    steps = workflow_steps(text)
-    assert [t for t, _, _ in steps] == list(tasks)
+    tests = json.loads((half / "classroom50" / "tests.json").read_text("utf-8"))
+    runtime = json.loads((half / "classroom50" / "runtime.json").read_text("utf-8"))
+    assert runtime["python"] == "3.12" and len(tests) <= 100 and all(len(t["name"].encode()) <= 100 for t in tests)
+    assert tests[0]["points"] == 0 and "download.pytorch.org/whl/cpu" in tests[0]["run"] and "torch==" in tests[0]["run"]
+    assert [t["name"][:2] for t in tests[1:]] == list(tasks) and all(t["type"] == "run" for t in tests)
+    assert all(1 <= t["timeout"] <= 600 for t in tests) and sum(t["points"] for t in tests) == 100
     reduced = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TMPDIR": os.environ.get("TMPDIR", "/tmp")}
     points, said = {}, {}
-    for tid, command, most in steps:
-        done = subprocess.run(command, shell=True, cwd=half, env=reduced, capture_output=True, text=True, timeout=300)
-        points[tid], said[tid] = (most if done.returncode == 0 else 0), done.stdout
+    for t in tests[1:]:  # the setup step installs; here everything is installed already
+        done = subprocess.run(t["run"], shell=True, cwd=half, env=reduced, capture_output=True, text=True,
+                              timeout=t["timeout"] + 60)
+        points[t["name"][:2]], said[t["name"][:2]] = (t["points"] if done.returncode == 0 else 0), done.stdout
     cfg = ClassroomConfig(sandbox="auto" if METHODS else "none")
     graded = grade(half, list(tasks), tasks, cfg, root=project, quiet=True)
     assert points == scores(graded) == {"T1": 10, "T2": 20, "T3": 10, "T4": 0, "T5": 30, "T6": 0}, (points, said)
     for r in graded:  # a blank task: every check ran and says the function is not written
         assert r["passed"] or all(not c["ok"] and "NotImplementedError" in c["why"] for c in r["checks"]), r["output"]
     assert "not written yet" in said["T4"] and "not written yet" in said["T6"]
+    assert "Traceback" not in said["T4"] and said["T4"].count("\n") < 60  # one short block a check
 
 
 ATTACKS = {  # one function text a task, each several attacks in a row (issues 41 and 47)

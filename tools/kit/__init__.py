@@ -12,7 +12,7 @@ sandbox.py     where the worker runs (bwrap, unshare, another user), its bounds,
 report.py      what the teacher and the student read: console lines, results.json, plain text
 copyflag.py    the copy flag: winnowed fingerprints of each statement
 gradebook.py   a class at once (grade-all)
-platforms.py   the Gradescope zip (gradescope, --try_on) and GitHub Classroom's workflow
+platforms.py   the Gradescope zip (gradescope, --try_on) and Classroom 50's tests and runtime
 lab.py         the lab's numbers and their expected ranges (ranges)
 student_tests.py   the copy's tests/test_paper.py
 """

@@ -1,6 +1,7 @@
 """
-The kit on the platforms a course runs on (python tools/classroom.py gradescope | grade-all),
-and GitHub Classroom's workflow for the student copy.
+The kit on the platforms a course runs on: Gradescope's autograder zip (python tools/classroom.py
+gradescope), and Classroom 50's tests and runtime files for the student copy (written by
+python tools/classroom.py student).
 
 gradescope OUT.zip: Gradescope's autograder. At the zip's root setup.sh and run_autograder
 (bash, executable), secret.txt, results_if_broken.json, and nanoNoPE/: the project's snapshot
@@ -269,58 +270,28 @@ def tree_memory(pid):
     return total
 
 
-def github_workflow(tasks):
-    """GitHub Classroom's autograding (classroom-resources/autograding-command-grader): each
-    task's checks in the copy (tests/test_paper.py -k test_T3_) with its points, PyTorch's CPU
-    build pinned to the version the kit was made with, pip's downloads cached. Feedback only:
-    students can edit their repository, so the grade of record is `grade` with the secret."""
-    steps = [
-        f"""    - name: {json.dumps(t["id"] + " " + t["title"])}
-      id: {t["id"].lower()}
-      uses: classroom-resources/autograding-command-grader@v1
-      with:
-        test-name: {t["id"]}
-        command: python -m pytest tests/test_paper.py -q -p no:cacheprovider -k test_{t["id"]}_
-        timeout: 10
-        max-score: {t["points"]}
-"""
-        for t in tasks
-    ]
-    env = "".join(
-        f'        {t["id"]}_RESULTS: "${{{{steps.{t["id"].lower()}.outputs.result}}}}"\n'
-        for t in tasks
-    )
-    return f"""# Written by tools/classroom.py student: each task's checks, for feedback (the grade of
-# record is the teacher's tools/classroom.py grade). T5's and T6's checks run T1 (and T6's T2):
-# until those are written they fail, saying so.
-name: Autograding Tests
-'on':
-- push
-- repository_dispatch
-permissions:
-  checks: write
-  actions: read
-  contents: read
-jobs:
-  run-autograding-tests:
-    runs-on: ubuntu-latest
-    if: github.actor != 'github-classroom[bot]'
-    steps:
-    - name: Checkout code
-      uses: actions/checkout@v4
-    - name: Set up Python
-      uses: actions/setup-python@v5
-      with:
-        python-version: '3.11'
-        cache: pip
-        cache-dependency-path: requirements.txt
-    - name: Install PyTorch's CPU build ({torch_version()}, as the kit was made), then the rest
-      run: |
-        python -m pip install torch=={torch_version()} --index-url https://download.pytorch.org/whl/cpu
-        python -m pip install -r requirements.txt
-{"".join(steps)}    - name: Autograding Reporter
-      uses: classroom-resources/autograding-grading-reporter@v1
-      env:
-{env}      with:
-        runners: {",".join(t["id"].lower() for t in tasks)}
-"""
+# -----------------------------------------------------------------------------
+# Classroom 50 (foundation50/classroom50), the GitHub path since GitHub Classroom's end (2026-08-28)
+
+CLASSROOM50_PYTHON = "3.12"  # the runner's Python: one PyTorch has CPU wheels for (its default, 3.14, may not)
+
+
+def classroom50_tests(tasks):
+    """Classroom 50's tests file (schema tests-v1, a bare JSON array) for the student copy: a
+    setup step (PyTorch's CPU build at the version the kit was made with, then the
+    requirements; 0 points), then one `run` test a task, all or nothing: the copy's replayed
+    checks of that task (tests/test_paper.py -k test_T3_), with the task's points."""
+    setup = (f"python -m pip install -q torch=={torch_version()} --index-url "
+             "https://download.pytorch.org/whl/cpu && python -m pip install -q -r requirements.txt")
+    out = [{"name": "setup: PyTorch's CPU build and the requirements", "type": "run", "run": setup,
+            "timeout": 600, "points": 0}]
+    for t in tasks:
+        out.append({"name": f"{t['id']} {t['title']}"[:100], "type": "run",
+                    "run": f"python -m pytest tests/test_paper.py -q -p no:cacheprovider -k test_{t['id']}_",
+                    "timeout": 120, "points": t["points"]})
+    return json.dumps(out, indent=1) + "\n"
+
+
+def classroom50_runtime():
+    """Classroom 50's runtime block: the hosted runner and a Python with PyTorch CPU wheels."""
+    return json.dumps({"runs-on": "ubuntu-latest", "python": CLASSROOM50_PYTHON}, indent=1) + "\n"

@@ -268,7 +268,7 @@ def replay(name, calls):
                 )
         if call["seen"] is not None:
             seen, want = observer.seen(), call["seen"]
-            if seen["sdpa"]:
+            if seen["sdpa"] and not want["sdpa"]:  # the project's ran none here (T2)
                 raise AssertionError(
                     f"{where}: scaled_dot_product_attention ran inside: write the softmax out"
                 )

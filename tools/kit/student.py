@@ -9,8 +9,10 @@ What the copy holds instead of the project's tests: tests/test_paper.py replays 
 own checks from outputs stored at the public seeds (tools/kit/snapshots.py; recorded here by
 running the project's tests), so no reference code ships. What it leaves out (TEACHER_ONLY):
 the project's tests and CI, the teacher's guide, the lab's key, and the grader's parts the
-students never run. It also writes .github/workflows/classroom.yml (tools/kit/platforms.py)
-and .classroom.json (which tasks are blank).
+students never run. It also writes classroom50/tests.json and classroom50/runtime.json, what a
+teacher hands to Classroom 50 (`gh teacher assignment add ... --tests --runtime`;
+tools/kit/platforms.py), and .classroom.json (which tasks are blank). It holds no workflow:
+Classroom 50's own shim is written into each student's repository when they accept.
 """
 
 import io
@@ -79,7 +81,7 @@ def record(snap, ids, tasks, out):
 
 
 def student(out, ids, tasks, root):
-    from tools.kit.platforms import github_workflow
+    from tools.kit.platforms import classroom50_runtime, classroom50_tests
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -119,9 +121,11 @@ def student(out, ids, tasks, root):
             for f in sorted(stored.glob("T*.pt.xz")):
                 shutil.copy2(f, out / "tests" / "snapshots" / f.name)
             (out / MARK).write_text(json.dumps({"blank": ids}, indent=1) + "\n", encoding="utf-8")
-            workflow = out / ".github" / "workflows" / "classroom.yml"
-            workflow.parent.mkdir(parents=True, exist_ok=True)
-            workflow.write_text(github_workflow([tasks[t] for t in ids]), encoding="utf-8")
+            (out / "classroom50").mkdir()
+            (out / "classroom50" / "tests.json").write_text(
+                classroom50_tests([tasks[t] for t in ids]), encoding="utf-8")
+            (out / "classroom50" / "runtime.json").write_text(classroom50_runtime(),
+                                                               encoding="utf-8")
             found = leaks(out, answer_lines(snap, tasks, ids))
             if found:
                 raise UserError(
@@ -136,7 +140,7 @@ def student(out, ids, tasks, root):
         f"wrote the student copy {out}: {', '.join(ids)} blank "
         f"({', '.join(f'{p}:{q}' for p, items in by_file.items() for _, q in items)}); their checks: "
         f"tests/test_paper.py (the project's outputs at the public seeds, tests/snapshots/); "
-        f"GitHub Classroom's workflow: .github/workflows/classroom.yml"
+        f"Classroom 50's tests and runtime: classroom50/tests.json, classroom50/runtime.json"
     )
 
 
