@@ -34,9 +34,9 @@ import pytest
 from tools import classroom
 from tools.classroom import ClassroomConfig, copy_project, grade, read_tasks
 from tools.kit import copyflag, remote, report, sandbox, wire
-from tools.kit.grade import Grader, score_checks, seed_of
+from tools.kit.grade import Grader, choose_submission, score_checks, seed_of
 from tools.kit.source import Refused, blank, find_function, fingerprint, segment, take, take_snapshot
-from tools.kit.upload import UploadError, find_submission, read_upload
+from tools.kit.upload import UploadError, read_upload
 
 ROOT = Path(__file__).resolve().parents[1]
 INDEPENDENT = ROOT / "tests" / "independent"
@@ -531,12 +531,30 @@ def test_the_upload_is_read_as_data_links_devices_and_sizes_refused(tmp_path):
     # fifo would block (it is not opened here)
     assert (up / "model.py").read_text(encoding="utf-8") == "x = 1\n"
     # the task files found: a link counts as there (then refused), a linked folder is not entered
+    tasks = read_tasks()
     nested = tmp_path / "nested"
     (nested / "a" / "b").mkdir(parents=True)
     (nested / "a" / "b" / "model.py").write_text("x = 1\n", encoding="utf-8")
     (nested / "link").symlink_to(outside.parent, target_is_directory=True)
-    assert find_submission(nested, ["model.py"]) == nested / "a" / "b"
-    assert find_submission(up, ["model.py"]) == up
+    assert choose_submission(nested, tasks)[0] == nested / "a" / "b"
+    assert choose_submission(up, tasks) == (up, "")
+
+
+def test_the_folder_graded_is_the_one_the_student_worked_in(tmp_path):
+    """An old blank model.py one level up and the complete work in a folder below: the folder
+    with the written functions is graded, and the line says which and names the other."""
+    up = tmp_path / "upload"
+    (up / "nope-assignment").mkdir(parents=True)
+    ours = (ROOT / "model.py").read_text("utf-8")
+    (up / "model.py").write_text(blank(ours, ["query_scale", "written_out_attention"], lambda n: "T: write it"),
+                                 encoding="utf-8")
+    (up / "model.py~").write_text(ours, encoding="utf-8")  # an editor's backup: not a task file
+    for f in ("model.py", "search_scales.py", "evaluate.py"):
+        shutil.copy2(ROOT / f, up / "nope-assignment" / f)
+    folder, line = choose_submission(up, read_tasks())
+    assert folder == up / "nope-assignment", line
+    assert line.startswith("graded the folder nope-assignment: 7 task functions written there") and \
+        "also found . (0 written)" in line
 
 
 def test_a_symlinked_upload_scores_zero_with_its_reason(project, tmp_path):
@@ -938,45 +956,65 @@ def test_bad_input_is_refused_in_one_line_before_any_work(tmp_path, monkeypatch)
     report_ = json.loads((tmp_path / "r.json").read_text("utf-8"))
     assert report_["score"] == 0 and [t["name"][:2] for t in report_["tests"] if t["visibility"] == "visible"] == \
         ["T1", "T3"] and "holds none of the task files" in report_["tests"][0]["output"]
-    assert find_submission(tmp_path / "empty", ["model.py"]) is None
+    assert choose_submission(tmp_path / "empty", read_tasks()) == (None, "")
 
 
 # -----------------------------------------------------------------------------
 # A class: one student never stops it
 
 def test_grade_all_never_stops_for_one_student_and_writes_as_it_goes(project, tmp_path, monkeypatch):
-    """Four students, graded by a stand-in for Grader.grade: one whose grading crashes gets a
-    row with its reason; the gradebook is on disk after each row; two students with the same
-    functions are paired; a changed checkout stops the class and keeps the rows written."""
+    """Five students, graded by a stand-in for Grader.grade: one whose grading crashes gets a
+    row with its reason; the gradebook is on disk after each row, and a feedback file a student;
+    two students with the same functions are paired; the roster's columns ride along and a late
+    submission (by the roster's submitted_at, the platform's time) is marked; --only regrades
+    one row; a changed checkout stops the class and keeps the rows written."""
     from tools.kit import gradebook
     from tools.kit import grade as grade_module
+    tasks = tasks_of(project)
     klass = tmp_path / "class"
-    for name in ("ada", "bob", "cy", "dee"):
+    for name in ("ada", "bob", "cy", "dee", "=cmd"):  # the last, a name a spreadsheet would run
         (klass / name).mkdir(parents=True)
         (klass / name / "search_scales.py").write_text("x = 1\n", encoding="utf-8")
-    (klass / "=cmd").mkdir()  # a name a spreadsheet would read as a formula
-    (klass / "=cmd" / "search_scales.py").write_text("x = 1\n", encoding="utf-8")
     (klass / "link").symlink_to(klass / "ada", target_is_directory=True)
+    roster = tmp_path / "roster.csv"
+    roster.write_text("folder,id,email,submitted_at\nada,s1,ada@uni.edu,2027-03-01T20:00:00Z\n"
+                      "bob,s2,bob@uni.edu,2027-03-02T01:30:00+00:00\ncy,s3,cy@uni.edu,\nzed,s9,,\n", encoding="utf-8")
     book = tmp_path / "book.csv"
-    seen_rows = []
+    seen_rows, score = [], {"value": 10}
 
     def fake(self, sub, ids, slot=0):
         seen_rows.append(book.read_text("utf-8").count("\n") if book.exists() else 0)
         if sub.name == "bob":
             raise RecursionError("a deep expression")
         own = {"ada": 0, "cy": 0, "dee": 100, "=cmd": 200}[sub.name]
-        prints = {("s", own + i) for i in range(10)}
-        return [{"id": "T3", "score": 10, "max_score": 10, "passed": True, "output": "ok", "copied": "",
-                 "_prints": prints}]
+        return [report.result(tasks["T3"]) | {"score": score["value"], "passed": True, "output": "ok",
+                                              "_prints": {("s", own + i) for i in range(10)}}]
     monkeypatch.setattr(grade_module.Grader, "grade", fake)
-    cfg = ClassroomConfig(csv=str(book), tasks="T3", sandbox="none", jobs=1)
-    gradebook.grade_all(klass, ["T3"], tasks_of(project), cfg, project)
+    cfg = ClassroomConfig(csv=str(book), tasks="T3", sandbox="none", jobs=1, roster=str(roster),
+                          deadline="2027-03-01T23:59:00+00:00")
+    gradebook.grade_all(klass, ["T3"], tasks, cfg, project)
     import csv
     rows = {r["student"]: r for r in csv.DictReader(book.read_text("utf-8").splitlines())}
     assert sorted(rows) == ["'=cmd", "ada", "bob", "cy", "dee"] and "link" not in rows
     assert rows["bob"]["total"] == "0" and "RecursionError" in rows["bob"]["problems"]
     assert rows["ada"]["same_as"] == "T3 cy 1.00" and rows["cy"]["same_as"] == "T3 ada 1.00" and not rows["dee"]["same_as"]
     assert seen_rows[1:] == sorted(seen_rows[1:]) and seen_rows[-1] >= 4  # written after every row
+    assert rows["ada"]["id"] == "s1" and rows["ada"]["email"] == "ada@uni.edu" and rows["ada"]["late"] == ""
+    assert rows["bob"]["late"] == "late 1 h 31 m" and rows["dee"]["id"] == ""
+    feedback = tmp_path / "book_feedback"
+    assert sorted(f.name for f in feedback.iterdir()) == ["_cmd.md", "ada.md", "bob.md", "cy.md", "dee.md"]
+    assert "10/10" in (feedback / "ada.md").read_text("utf-8") and "RecursionError" in (feedback / "bob.md").read_text("utf-8")
+    score["value"] = 0  # --only: ada graded again, her row alone changes
+    gradebook.grade_all(klass, ["T3"], tasks, ClassroomConfig(csv=str(book), tasks="T3", sandbox="none",
+                                                              only="ada", roster=str(roster)), project)
+    again = {r["student"]: r for r in csv.DictReader(book.read_text("utf-8").splitlines())}
+    assert again["ada"]["total"] == "0" and again["ada"]["same_as"] == "T3 cy 1.00"
+    assert {k: v for k, v in again.items() if k != "ada"} == {k: v for k, v in rows.items() if k != "ada"}
+    with pytest.raises(classroom.UserError, match="no folder of that name"):
+        gradebook.grade_all(klass, ["T3"], tasks, ClassroomConfig(csv=str(book), sandbox="none", only="zed"), project)
+    with pytest.raises(classroom.UserError, match="ISO 8601"):
+        gradebook.grade_all(klass, ["T3"], tasks, ClassroomConfig(csv=str(book), sandbox="none", deadline="friday"),
+                            project)
 
     def stop(self, sub, ids, slot=0):
         if sub.name == "cy":
@@ -984,8 +1022,9 @@ def test_grade_all_never_stops_for_one_student_and_writes_as_it_goes(project, tm
         return fake(self, sub, ids, slot)
     monkeypatch.setattr(grade_module.Grader, "grade", stop)
     book.unlink()
+    cfg = ClassroomConfig(csv=str(book), tasks="T3", sandbox="none", jobs=1)
     with pytest.raises(classroom.UserError, match="changed while"):
-        gradebook.grade_all(klass, ["T3"], tasks_of(project), cfg, project)
+        gradebook.grade_all(klass, ["T3"], tasks, cfg, project)
     rows = {r["student"] for r in csv.DictReader(book.read_text("utf-8").splitlines())}
     assert {"ada", "bob"} <= rows and "cy" not in rows  # the rows written before the stop stay
 
@@ -1028,6 +1067,12 @@ def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit):
         (kit / "notes.md").unlink()
     out = cli("grade", kit, cwd=kit)  # a student copy has no grader
     assert out.returncode == 2 and "the teacher's" in out.stderr
+    import re
+    readme = (kit / "README.md").read_text("utf-8")
+    assert readme.startswith("# Your assignment") and "Windows" in readme and "-k test_T3_" in readme
+    for f in kit.rglob("*.md"):  # no link to a file the copy does not hold (the teacher's)
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", f.read_text("utf-8")):
+            assert "://" in target or (f.parent / target).exists(), f"{f.relative_to(kit)} links {target}"
 
 
 def test_the_student_copys_replay_holds_the_graders_bound_and_no_more(kit, tmp_path, monkeypatch):
@@ -1118,7 +1163,7 @@ def test_grade_all_writes_the_gradebook_with_both_copy_flags(project, kit, tmp_p
     assert out.returncode == 0, out.stderr
     assert "skipped roster.txt" in out.stdout and "graded 5 students" in out.stdout
     lines = book.read_text(encoding="utf-8").splitlines()
-    assert lines[0] == "student,T3,T4,total,problems,copied,same_as"
+    assert lines[0] == "student,T3,T4,total,problems,copied,same_as,late"
     import csv
     rows = {r["student"]: r for r in csv.DictReader(lines)}
     assert [rows[s]["total"] for s in ("ada", "bob", "cy", "dan", "eve")] == ["20", "0", "10", "10", "0"], rows
@@ -1320,23 +1365,46 @@ def test_ranges_reads_the_labs_numbers_from_study_folders(tmp_path):
 
 
 def test_ranges_check_reads_a_folder_of_handins_one_row_a_student(tmp_path):
+    """Hand-ins as bad input: each a row, never a stop. The roster (ranges --assign) gives each
+    student a seed of their own; a hand-in with no seed, two, another's, the key's numbers or a
+    classmate's numbers says so in its row; numbers as floats instead of lists are read; any case
+    of .json is a hand-in."""
     expected = json.loads((ROOT / "classroom" / "lab_ranges.json").read_text("utf-8"))
     assert expected["python"] == "3.11.7" and len(expected["corpus"]["sha256"]) == 64
-    numbers = {k: [v[0]] for k, v in expected["numbers"].items()}  # seed 1337's: inside every range
+    mid = {k: [round(sum(v) / len(v), 4)] for k, v in expected["numbers"].items()}  # inside, nobody's
+    key = {k: [v[0]] for k, v in expected["numbers"].items()}  # seed 1337's numbers
     handins = tmp_path / "handins"
     handins.mkdir()
-    (handins / "ada.json").write_text(json.dumps({"seeds": [2001], "numbers": numbers}), encoding="utf-8")
-    off = dict(numbers, **{"loss onset, nope (L)": [1.16], "NoPE against RoPE at L (%)": [3.02]})
-    (handins / "bob.json").write_text(json.dumps({"seeds": [2002], "numbers": off}), encoding="utf-8")
-    (handins / "cy.json").write_text("not json", encoding="utf-8")
-    out = cli("ranges", f"--check={handins}", f"--csv={tmp_path / 'lab.csv'}")
+    (tmp_path / "students.csv").write_text("folder,email\nada,a@u\nbob,b@u\ncy,c@u\ndan,d@u\neve,e@u\nfay,f@u\n",
+                                          encoding="utf-8")
+    out = cli("ranges", f"--assign={tmp_path / 'students.csv'}", f"--roster={tmp_path / 'roster.csv'}")
     assert out.returncode == 0, out.stderr
     import csv
+    seeds = {r["folder"]: r["seed"] for r in csv.DictReader((tmp_path / "roster.csv").read_text("utf-8").splitlines())}
+    assert len(set(seeds.values())) == 6 and not set(seeds.values()) & {str(s) for s in range(1337, 1342)}
+    off = dict(mid, **{"loss onset, nope (L)": [1.16], "NoPE against RoPE at L (%)": [3.02]})
+    hand = {"ada": {"seeds": [int(seeds["ada"])], "numbers": mid},
+            "bob": {"seeds": [int(seeds["bob"])], "numbers": {k: v[0] for k, v in off.items()}},  # floats
+            "dan": {"seeds": [int(seeds["cy"])], "numbers": dict(mid, **{"loss onset, rope (L)": [9.9]})},
+            "eve": {"numbers": mid}, "fay": {"seeds": [1337], "numbers": key},
+            "gus": {"seeds": [1, 2], "numbers": mid}}
+    for name, obj in hand.items():
+        (handins / (name + (".JSON" if name == "bob" else ".json"))).write_text(json.dumps(obj), encoding="utf-8")
+    (handins / "cy.json").write_text("not json", encoding="utf-8")
+    (handins / "hal.json").write_text(json.dumps({"seeds": [5], "numbers": {"x": "text"}}), encoding="utf-8")
+    (handins / "ivy.json").write_text(json.dumps({"seeds": [int(seeds["ada"]) + 999], "numbers": mid}), encoding="utf-8")
+    out = cli("ranges", f"--check={handins}", f"--csv={tmp_path / 'lab.csv'}", f"--roster={tmp_path / 'roster.csv'}")
+    assert out.returncode == 0, out.stderr
     rows = {r["student"]: r for r in csv.DictReader((tmp_path / "lab.csv").read_text("utf-8").splitlines())}
-    assert rows["ada"]["outside"] == "0" and rows["ada"]["seed"] == "2001"
+    assert rows["ada"]["outside"] == "0" and rows["ada"]["seed"] == seeds["ada"] and \
+        rows["ada"]["details"] == "every number inside its range"
     assert rows["bob"]["outside"] == "2" and "loss onset, nope (L): 1.16, above 1.10 – 1.10 by 0.06" in \
         rows["bob"]["details"] and "NoPE against RoPE at L (%): 3.0, below 4.1 – 5.1 by 1.1" in rows["bob"]["details"]
-    assert "not a hand-in" in rows["cy"]["details"]
+    assert "not a hand-in" in rows["cy"]["details"] and "not one number" in rows["hal"]["details"]
+    assert f"not the student's own {seeds['dan']}" in rows["dan"]["details"]
+    assert "no seed" in rows["eve"]["details"] and "2 seeds" in rows["gus"]["details"]
+    assert "one of the key's" in rows["fay"]["details"] and "the numbers are the key's (seed 1337)" in rows["fay"]["details"]
+    assert "the same numbers as ada" in rows["ivy"]["details"] and "not in the roster" in rows["ivy"]["details"]
     assert cli("ranges", f"--check={tmp_path / 'nowhere'}").returncode == 2
 
 

@@ -8,9 +8,11 @@ parts: tools/kit/ (one module a role).
     python tools/classroom.py grade SUBMISSION [--json=results.json] [--tasks=T1,T3] [--secret=S]
                                                [--sandbox=auto|bwrap|unshare|user|none]
     python tools/classroom.py grade-all CLASS_DIR --csv=gradebook.csv [--tasks=...] [--secret=S]
+                                        [--roster=roster.csv] [--deadline=TIME] [--only=FOLDER]
     python tools/classroom.py gradescope OUT.zip [--tasks=T1,T3] [--secret=S] [--try_on=SUBMISSION]
     python tools/classroom.py ranges STUDY [STUDY ...] [--json=ranges.json]
-    python tools/classroom.py ranges --check=HANDINS [--csv=FILE]
+    python tools/classroom.py ranges --check=HANDINS [--csv=FILE] [--roster=roster.csv]
+    python tools/classroom.py ranges --assign=students.csv --roster=roster.csv
 
 student: the project (the tracked files at HEAD) with each task's functions blanked by `ast`,
 its checks replayed from the project's outputs at the public seeds, no teacher file
@@ -26,7 +28,8 @@ ran; 2 with one line for an empty or unreadable submission (after writing --json
 task at 0), an unknown task or option, or a sandbox that is not available.
 
 grade-all: every subfolder of CLASS_DIR a student, one snapshot, a CSV gradebook with the copy
-flag. gradescope: the autograder zip (tools/kit/platforms.py).
+flags, one feedback file a student, a roster's columns and a deadline (tools/kit/gradebook.py).
+gradescope: the autograder zip (tools/kit/platforms.py).
 
 ranges: the lab's numbers (classroom/lab.md) read from study folders, one per seed, and their
 range; --check: the students' hand-ins against the expected ranges (tools/kit/lab.py).
@@ -67,7 +70,12 @@ class ClassroomConfig:
     cpu_s: int = 0  # grade: the worker's CPU seconds (0 = twice --timeout, plus 30)
     log_kb: int = 1024  # grade: what a worker prints, kept in its log (the rest cut)
     jobs: int = 0  # grade-all: students graded at once (0 = one a core, at most 4)
+    roster: str = ""  # grade-all: a CSV, a `folder` column and any others (id, email, submitted_at)
+    deadline: str = ""  # grade-all: ISO 8601; rows whose roster submitted_at is later are late
+    feedback: str = ""  # grade-all: one feedback file a student here ('' = beside --csv)
+    only: str = ""  # grade-all: grade this student's folder again and update its row
     check: str = ""  # ranges: a folder of the students' JSON hand-ins to check
+    assign: str = ""  # ranges: a CSV with a `folder` column; --roster gets one seed a student
     try_on: str = ""  # gradescope: run the zip on this submission as Gradescope would
 
 
@@ -112,14 +120,13 @@ def secret_of(cfg):
 def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
     """Grade one submission folder; print the teacher's lines; write cfg.json. Returns the
     results, one dict a task."""
-    from tools.kit.grade import Grader, task_files
+    from tools.kit.grade import Grader, choose_submission, task_files
     from tools.kit.report import console_lines, gradescope, plain, zero_results
-    from tools.kit.upload import find_submission
 
     say = (lambda *a: None) if quiet else print
     t0 = time.time()
     limits = limits_of(cfg)
-    folder = find_submission(sub, task_files(tasks))
+    folder, where = choose_submission(sub, tasks)
     if folder is None:
         why = (
             f"{plain(sub, 200)} holds none of the task files ({', '.join(task_files(tasks))}): "
@@ -133,9 +140,9 @@ def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
     with Grader(root, secret_of(cfg), cfg.seed, cfg.timeout, cfg.sandbox, limits) as grader:
         for line in grader.describe():
             say(line)
-        if folder != Path(sub):
-            say(f"the task files are in {plain(folder, 300)}: graded from there")
-        results = grader.grade(folder, ids)
+        if where:
+            say(where)
+        results = [r | {"where": where + "\n" if where else ""} for r in grader.grade(folder, ids)]
     for line in console_lines(results):
         say(line)
     total, most = sum(r["score"] for r in results), sum(r["max_score"] for r in results)
@@ -163,13 +170,15 @@ def main():
     many = command == "ranges"
     if (
         command not in COMMANDS
-        or (not folders and not (many and cfg.check))
+        or (not folders and not (many and (cfg.check or cfg.assign)))
         or (len(folders) > 1 and not many)
     ):
         raise UserError(USAGE)
     if command == "ranges":
-        from tools.kit.lab import check_handins, ranges
+        from tools.kit.lab import assign_seeds, check_handins, ranges
 
+        if cfg.assign:
+            return assign_seeds(cfg.assign, cfg.roster)
         return check_handins(cfg.check, cfg) if cfg.check else ranges(folders, cfg)
     if not (ROOT / "tools" / "kit" / "grade.py").exists():
         raise UserError(

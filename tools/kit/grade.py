@@ -44,7 +44,7 @@ from tools.kit.report import plain, result
 from tools.kit.source import (Refused, copy_tree, find_function, fingerprint, parse_text,
                               split_spec, take, take_snapshot, task_of, tests_command,
                               submitted_function)
-from tools.kit.upload import UploadError, find_submission, read_upload  # noqa: F401
+from tools.kit.upload import UploadError, read_upload
 
 WORKER_LEAVES_OUT = ("tests", "docs", "classroom", ".github", ".ci", "out")  # no test, no reference
 GRACE_S = 60  # the judge's own start-up and shut-down, beyond the task's limit
@@ -82,6 +82,43 @@ def stub_message(node):
     return None
 
 
+def choose_submission(sub, tasks, most=20):
+    """(the folder of the upload to grade, a line saying which and why, or "" when it is the
+    upload itself and alone): among the folders holding a task file (at most `most`, shallowest
+    first), the one where most task functions are written (not their blank stubs), then the one
+    holding most task files, then the shallowest. None when no folder holds a task file."""
+    from tools.kit.upload import folders, holds
+
+    names, found = task_files(tasks), []
+    for order, here in enumerate(folders(sub)):
+        present = [n for n in names if holds(here, n)]
+        if not present:
+            continue
+        written = 0
+        for spec in (s for t in tasks.values() for s in t["functions"]):
+            path, qualname = split_spec(spec)
+            if path in present:
+                try:
+                    node = find_function(parse_text(read_upload(here, path)), qualname)
+                    written += node is not None and stub_message(node) is None
+                except Exception:  # noqa: BLE001  (read and refused again, with its reason, when graded)
+                    pass
+        found.append((written, len(present), -order, here))
+        if len(found) >= most:
+            break
+    if not found:
+        return None, ""
+    found.sort(key=lambda f: f[:3], reverse=True)
+    best, rest = found[0], found[1:]
+    rel = lambda p: (Path(p).relative_to(sub).as_posix() or ".") if p != Path(sub) else "."  # noqa: E731
+    if not rest and best[3] == Path(sub):
+        return best[3], ""
+    line = f"graded the folder {plain(rel(best[3]), 200)}: {best[0]} task functions written there"
+    if rest:
+        line += "; also found " + ", ".join(f"{plain(rel(f[3]), 80)} ({f[0]} written)" for f in rest[:3])
+    return best[3], line
+
+
 def seed_of(secret, tid, texts):
     """The seed offset of one task: from the secret and every graded text of the task."""
     if not secret:
@@ -113,16 +150,20 @@ class Grader:
         self.method, self.warning = sandbox.choose(method)
         self.limits = limits
         self.tmp = Path(tempfile.mkdtemp(prefix="nanonope_grade_"))
-        # the worker (another uid) reaches its copy (random names) but lists nothing
-        os.chmod(self.tmp, 0o711)
-        self.snap = self.tmp / "snapshot"
-        self.snap.mkdir(mode=0o700)
-        self.origin = take_snapshot(self.root, self.snap)
-        self.tasks = read_tasks(self.snap / "classroom" / "tasks.toml")
-        self.prints = {self.root: fingerprint(self.root), self.snap: fingerprint(self.snap)}
-        # the project's own functions, fingerprinted once: the copy flag compares with them
-        self.own = {tid: self.task_prints({s: self.project_function(s) for s in t["functions"]})
-                    for tid, t in self.tasks.items()}
+        try:  # a failure here leaves no temporary folder behind
+            # the worker (another uid) reaches its copy (random names) but lists nothing
+            os.chmod(self.tmp, 0o711)
+            self.snap = self.tmp / "snapshot"
+            self.snap.mkdir(mode=0o700)
+            self.origin = take_snapshot(self.root, self.snap)
+            self.tasks = read_tasks(self.snap / "classroom" / "tasks.toml")
+            self.prints = {self.root: fingerprint(self.root), self.snap: fingerprint(self.snap)}
+            # the project's own functions, fingerprinted once: the copy flag compares with them
+            self.own = {tid: self.task_prints({s: self.project_function(s) for s in t["functions"]})
+                        for tid, t in self.tasks.items()}
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
         self.lock, self.judges = threading.Lock(), set()
         sandbox.become_subreaper()
 

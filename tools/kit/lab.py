@@ -7,6 +7,7 @@ range over the seeds: the expected ranges a teacher checks the lab against
 from pathlib import Path
 
 from tools.cli import UserError
+from tools.kit.report import csv_cell, plain
 
 
 def lab_numbers(run):
@@ -102,63 +103,122 @@ def digits_of(quantity):
 EXPECTED = Path(__file__).resolve().parents[2] / "classroom" / "lab_ranges.json"
 
 
+KEY_SEEDS = range(1337, 1342)  # the seeds the expected ranges were measured on: never a student's
+
+
+def assign_seeds(students_csv, out, first=2001):
+    """ranges --assign: a roster with one seed a student (from `first`, none of the key's), from
+    a CSV with a `folder` column (the names the hand-ins carry)."""
+    import csv
+    import io
+
+    from tools.cli import atomic_write_text
+    from tools.kit.gradebook import read_roster
+
+    roster, columns = read_roster(students_csv)
+    if not out:
+        raise UserError("ranges --assign writes a roster with one seed a student: give --roster=FILE")
+    seeds = (s for s in range(first, first + 10 * len(roster) + 10) if s not in KEY_SEEDS)
+    text = io.StringIO()
+    w = csv.writer(text, lineterminator="\n")
+    w.writerow(["folder", *[c for c in columns if c != "seed"], "seed"])
+    for name, info in sorted(roster.items()):
+        w.writerow([name, *[info[c] for c in columns if c != "seed"], next(seeds)])
+    atomic_write_text(out, text.getvalue())
+    print(f"wrote {out}: one seed a student for {len(roster)} students (none of the key's, 1337-1341)")
+
+
+def read_handin(f):
+    """(seed, {name: value}) of one hand-in; ValueError (why, in words) when it is not one."""
+    from tools.cli import read_json
+
+    try:
+        got = read_json(f)
+    except (ValueError, UnicodeDecodeError):
+        got = None
+    if not isinstance(got, dict) or not isinstance(got.get("numbers"), dict):
+        raise ValueError("not a hand-in of `ranges --json` (python tools/classroom.py ranges "
+                         "out/lab_S --json=FILE)")
+    seeds = got.get("seeds")
+    if not isinstance(seeds, list) or not seeds:
+        raise ValueError("no seed in the hand-in: run the study with your assigned seed")
+    if len(seeds) != 1:
+        raise ValueError(f"{len(seeds)} seeds in one hand-in: one study, your seed")
+    numbers = {}
+    for k, v in got["numbers"].items():
+        v = v[0] if isinstance(v, list) and len(v) == 1 else v
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"the number {plain(k, 60)!r} is not one number")
+        numbers[k] = float(v)
+    return seeds[0], numbers
+
+
 def check_handins(folder, cfg):
     """Each student's hand-in (the JSON of `ranges out/lab_S --json=FILE`) against the expected
     ranges (classroom/lab_ranges.json): one row a student, the numbers outside and by how much.
-    A number counts as inside when, rounded as it is printed, it lies in the range."""
+    A number counts as inside when, rounded as it is printed, it lies in the range. With
+    --roster (a `folder` and a `seed` column: ranges --assign makes one), the hand-in's seed
+    must be the student's own; numbers equal to the key's or to another student's are flagged.
+    A malformed hand-in is a row with its reason, never a stop."""
     from tools.cli import atomic_write_text, read_json
+    from tools.kit.gradebook import read_roster
 
     if not EXPECTED.exists():
         raise UserError(
             f"{EXPECTED} is missing: the expected ranges are the teacher's (not in a student copy)"
         )
     folder = Path(folder)
-    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() == ".json") \
+        if folder.is_dir() else []
     if not files:
         raise UserError(
             f"{folder} holds no .json hand-in: each student runs "
             "python tools/classroom.py ranges out/lab_S --json=NAME.json"
         )
-    expected = read_json(EXPECTED)["numbers"]
-    rows = []
+    roster, columns = read_roster(cfg.roster)
+    if roster and "seed" not in columns:
+        raise UserError(f"--roster={cfg.roster} has no `seed` column: ranges --assign makes one")
+    key = read_json(EXPECTED)
+    expected = key["numbers"]
+    key_rows = [{k: v[i] for k, v in expected.items() if i < len(v)} for i in range(len(key.get("seeds", [])))]
+    rows, seen = [], {}
     for f in files:
+        row = {"student": plain(f.stem, 80), "seed": "", "outside": "", "numbers": 0, "details": ""}
         try:
-            got = read_json(f)
-            numbers, seed = got["numbers"], got.get("seeds", ["?"])[0]
-        except (UserError, OSError, KeyError, TypeError, ValueError):
-            rows.append(
-                {
-                    "student": f.stem,
-                    "seed": "",
-                    "outside": "",
-                    "numbers": 0,
-                    "details": "not a hand-in of `ranges --json` (python tools/classroom.py ranges out/lab_S "
-                    "--json=FILE)",
-                }
-            )
+            seed, numbers = read_handin(f)
+        except (UserError, OSError, ValueError, TypeError) as e:
+            rows.append(row | {"details": plain(e, 300)})
             continue
+        row |= {"seed": plain(seed, 20), "numbers": len(numbers)}
+        problems = []
+        mine = roster.get(f.stem, {}).get("seed") if roster else None
+        if roster and mine is None:
+            problems.append("not in the roster")
+        elif roster and str(seed) != str(mine):
+            problems.append(f"seed {plain(seed, 20)}, not the student's own {mine}")
+        if str(seed) in {str(s) for s in KEY_SEEDS}:
+            problems.append(f"seed {seed} is one of the key's")
+        for i, k_row in enumerate(key_rows):
+            if k_row and all(abs(numbers.get(k, float("nan")) - v) < 1e-9 for k, v in k_row.items()):
+                problems.append(f"the numbers are the key's (seed {key['seeds'][i]})")
+        same = next((n for n, other in seen.items() if other == numbers), None)
+        if same:
+            problems.append(f"the same numbers as {same}")
+        seen[row["student"]] = numbers
         outside, missing = [], [k for k in expected if k not in numbers]
         for k, values in expected.items():
             if k not in numbers:
                 continue
             d = digits_of(k)
-            v = round(float(numbers[k][0]), d)
+            v = round(numbers[k], d)
             lo, hi = round(min(values), d), round(max(values), d)
             if v < lo or v > hi:
                 by = lo - v if v < lo else v - hi
                 outside.append(
                     f"{k}: {v:.{d}f}, {'below' if v < lo else 'above'} {lo:.{d}f} – {hi:.{d}f} by {by:.{d}f}"
                 )
-        details = "; ".join(outside + ([f"missing: {', '.join(missing)}"] if missing else []))
-        rows.append(
-            {
-                "student": f.stem,
-                "seed": seed,
-                "outside": len(outside),
-                "numbers": len(numbers),
-                "details": details or "every number inside its range",
-            }
-        )
+        details = "; ".join(problems + outside + ([f"missing: {', '.join(missing)}"] if missing else []))
+        rows.append(row | {"outside": len(outside), "details": details or "every number inside its range"})
     print("| student | seed | numbers | outside | which, and by how much |")
     print("|---|---|---|---|---|")
     for r in rows:
@@ -174,6 +234,6 @@ def check_handins(folder, cfg):
             text, ["student", "seed", "numbers", "outside", "details"], lineterminator="\n"
         )
         w.writeheader()
-        w.writerows(rows)
+        w.writerows({k: csv_cell(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows)
         atomic_write_text(cfg.csv, text.getvalue())
     return rows

@@ -80,6 +80,55 @@ def record(snap, ids, tasks, out):
     spec.unlink()
 
 
+STUDENT_README = """# Your assignment
+
+This is a student copy of nanoNoPE: the functions of your tasks ({tasks}) are blank, each
+with its docstring and a `raise NotImplementedError`. Each task's sheet says what to write.
+
+**Install** (Python 3.10 to 3.13), in this folder:
+
+    # Linux: PyTorch's CPU build first (PyPI's is a CUDA build of several GB)
+    python3 -m venv .venv && . .venv/bin/activate
+    pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -r requirements.txt
+    # macOS
+    python3 -m venv .venv && source .venv/bin/activate && pip install torch && pip install -r requirements.txt
+    # Windows (PowerShell)
+    py -m venv .venv; .venv\\Scripts\\Activate.ps1; pip install torch; pip install -r requirements.txt
+
+**Check one task** (T3 here): `python -m pytest tests/test_paper.py -k test_T3_`. Each check
+replays one of the project's own checks; a failing one prints one short block: which call, and
+what your function gave against what the project gave. T5's and
+T6's checks run T1 (and T6's entropy T2): write those first. Your teacher's grade runs the
+project's full checks with seeds of their own, so passing here is the first step, not the grade.
+
+**Hand in** as your teacher says: through Classroom 50 (push, then a `submit/...` tag), or by
+uploading `model.py`, `search_scales.py` and `evaluate.py` to Gradescope. Only each task's
+function is graded: a helper goes inside it, and an import too.
+
+---
+
+"""
+
+
+def dead_links_cut(copy):
+    """Markdown links of the copy to files it does not hold (the teacher's) become plain text."""
+    import re
+
+    link = re.compile(r"\[([^\]]*)\]\(([^)#\s]+)(#[^)]*)?\)")
+    for f in Path(copy).rglob("*.md"):
+        text = f.read_text(encoding="utf-8")
+
+        def keep(m, f=f):
+            target = m.group(2)
+            if "://" in target or target.startswith("mailto:"):
+                return m.group(0)
+            return m.group(0) if (f.parent / target).exists() else m.group(1)
+
+        new = link.sub(keep, text)
+        if new != text:
+            f.write_text(new, encoding="utf-8")
+
+
 def student(out, ids, tasks, root):
     from tools.kit.platforms import classroom50_runtime, classroom50_tests
 
@@ -126,6 +175,11 @@ def student(out, ids, tasks, root):
                 classroom50_tests([tasks[t] for t in ids]), encoding="utf-8")
             (out / "classroom50" / "runtime.json").write_text(classroom50_runtime(),
                                                                encoding="utf-8")
+            dead_links_cut(out)
+            readme = out / "README.md"
+            readme.write_text(STUDENT_README.format(tasks=", ".join(
+                f"[{t}](classroom/{tasks[t]['handout']})" for t in ids)) + readme.read_text("utf-8"),
+                encoding="utf-8")
             found = leaks(out, answer_lines(snap, tasks, ids))
             if found:
                 raise UserError(

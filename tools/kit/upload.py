@@ -88,13 +88,3 @@ def holds(folder, name):
         return True
     except OSError:
         return False
-
-
-def find_submission(sub, names):
-    """The folder that holds the task files (names: their paths): sub itself, or the shallowest
-    folder inside it that holds any (an upload nested in one folder, as GitHub's zip download
-    gives). None if there is none."""
-    for here in folders(sub):
-        if any(holds(here, n) for n in names):
-            return here
-    return None
