@@ -67,14 +67,23 @@ exit 0
 """
 
 
+TORCH = "2.13.0"  # the PyTorch the platforms install: the one the kit, its tests and the lab's ranges were measured with
+
+
 def torch_version():
-    """The PyTorch this kit was made with (without importing it), e.g. 2.13.0."""
+    """The PyTorch a platform installs (TORCH): a stated, tested version, not whatever build the
+    teacher has (a CUDA build, or a newer release, grades the same code but was not measured)."""
+    return TORCH
+
+
+def local_torch():
+    """(version, whether it is a CPU build) of the PyTorch here, without importing it, or None."""
     try:
-        return metadata.version("torch").split("+")[0]
+        version = metadata.version("torch")
     except metadata.PackageNotFoundError:
-        raise UserError(
-            "PyTorch is not installed here: the zip pins the version it was tried with"
-        ) from None
+        return None
+    cuda = any((f.name or "").startswith("nvidia") for f in metadata.distributions()) or "+cu" in version
+    return version.split("+")[0], not cuda
 
 
 def gradescope(out, ids, tasks, secret, root, timeout):
@@ -153,11 +162,7 @@ def try_zip(zip_path, submission, memory_mb=768, cpus=0.5):
     with tempfile.TemporaryDirectory(prefix="nanonope_autograder_") as root:
         unpack(zip_path, root)
         shutil.copytree(submission, Path(root) / "submission", symlinks=True)
-        # run_autograder's interpreter is the one this command runs in (not python3 from PATH)
-        wrapper = Path(root) / "venv" / "bin" / "python"
-        wrapper.parent.mkdir(parents=True)
-        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n', encoding="utf-8")
-        wrapper.chmod(0o755)
+        python_for_zip(Path(root) / "venv", Path(root) / "source" / "nanoNoPE")
         t0, peak = time.time(), 0
 
         def join():
@@ -196,6 +201,29 @@ def try_zip(zip_path, submission, memory_mb=768, cpus=0.5):
         f"tried {zip_path} on {submission}: score {results['score']}, {seconds:.1f} s {where}, {memory}"
     )
     return results, seconds, peak
+
+
+def python_for_zip(venv, project):
+    """What run_autograder will run, at venv/bin/python: this interpreter where its PyTorch is
+    the CPU build of TORCH (as setup.sh installs), else a new venv from it with that build and
+    the requirements installed, as setup.sh does (pip needs the network then)."""
+    here = local_torch()
+    python = Path(venv) / "bin" / "python"
+    if here == (TORCH, True):
+        python.parent.mkdir(parents=True)
+        python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n', encoding="utf-8")
+        python.chmod(0o755)
+        return
+    print(f"PyTorch here is {here[0] if here else 'missing'}{'' if here and here[1] else ' (not a CPU build)'}: "
+          f"installing the zip's {TORCH} CPU build in a venv, as setup.sh does", flush=True)
+    steps = [[sys.executable, "-m", "venv", str(venv)],
+             [str(python), "-m", "pip", "install", "-q", f"torch=={TORCH}", "--index-url",
+              "https://download.pytorch.org/whl/cpu"],
+             [str(python), "-m", "pip", "install", "-q", "-r", str(Path(project) / "requirements.txt")]]
+    for step in steps:
+        if subprocess.run(step).returncode != 0:
+            raise UserError(f"--try_on could not install the zip's PyTorch ({' '.join(step[-4:])}): "
+                            f"check the network, or run it where PyTorch {TORCH}'s CPU build is installed")
 
 
 def memory_group(limit):
