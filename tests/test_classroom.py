@@ -1136,41 +1136,81 @@ def test_the_gradescope_zip_as_gradescope_runs_it(project, kit, tmp_path):
 
 
 @pytest.mark.slow
-def test_grade_all_writes_the_gradebook_with_both_copy_flags(project, kit, tmp_path):
-    """Five students on T3 and T4 (about 20 s): the project's functions disguised (full, flagged as
-    the project's), a blank copy (0), T4 fitted with an intercept (10), a classmate's T3 copied and
-    disguised (paired with them), and a folder of links to a classmate's files (0, with why)."""
+def test_grade_all_grades_a_varied_class_to_the_expected_gradebook(project, kit, tmp_path):
+    """Twenty-one students on T3 and T4 (about 60 s, two at a time), each row's expected total
+    written here before grading: independent work, copies (of the project, disguised; of a
+    classmate, disguised), typical mistakes, broken and hostile uploads, stray files and nested
+    folders; with a feedback file a student and both copy flags."""
+    ss = (ROOT / "search_scales.py").read_text(encoding="utf-8")
+    law, scale = function_source("search_scales.py", "fit_log_law"), function_source("search_scales.py", "uniform_scale")
+    indep = {(t, v): (INDEPENDENT / f"T{t}_{v}.py").read_text("utf-8") for t in (3, 4) for v in "abc"}
+
+    def with_(t3=None, t4=None, base=ss):
+        text = base
+        if t3 is not None:
+            text = take(t3, text, "uniform_scale")
+        if t4 is not None:
+            text = take(t4, text, "fit_log_law")
+        return text
+    wrong = {w[1]: w[3] for w in WRONG}
+    cy = with_(indep[3, "c"], base=edited("search_scales.py", wrong["the law fitted with an intercept"]))
+    helper = ss.replace(scale, "def my_argmin(v):\n    return int(np.argmin(v))\n\n\n" +
+                        scale.replace("mean.argmin()", "my_argmin(mean)"))
+    class_ = {  # name: (what its search_scales.py is, or a callable making the folder; expected total)
+        "ada": (ss.replace(scale, disguised(ast.parse(scale).body[0])).replace(law, disguised(ast.parse(law).body[0])), 20),
+        "bob": ((kit / "search_scales.py").read_text("utf-8"), 0),
+        "cy": (cy, 10),
+        "dan": (with_(disguised(find_function(ast.parse(indep[3, "c"]), "uniform_scale"))), 20),
+        "fay": (with_(indep[3, "a"], indep[4, "a"]), 20),
+        "gus": (with_(indep[3, "b"], indep[4, "b"]), 20),
+        "hal": (edited("search_scales.py", wrong["the best lambda per bin wrong for bins of width 1"] +
+                       wrong["i > L kept instead of i >= L"]), 0),
+        "ivy": ("def uniform_scale(:\n", 0),
+        "lee": ("\ufeff" + ss.replace("\n", "\r\n"), 20),
+        "max": (helper, 10),
+        "ned": (with_(None, indep[4, "c"], edited("search_scales.py", wrong["lists returned where the project returns numpy arrays"])), 10),
+        "oli": (edited("search_scales.py", wrong["1 subtracted from the caller's array in place"]), 10),
+        "pam": (edited("search_scales.py", wrong["a value with a single position >= L"]), 10),
+        "quin": (ss.replace(law, law.replace("    x = np.log(", "    z = " + "+".join(["0"] * 30000) + "\n    x = np.log(")), 0),
+        "ray": (with_(indep[3, "a"], base=ss.replace(law, blank(law, ["fit_log_law"], lambda n: "T4: write it") +
+                                                       "\n\n" + law)), 20),
+        "sue": (ss + "#" * (2 << 20), 0),
+        "tom": (None, 0), "una": (None, 0), "eve": (None, 0), "jay": (None, 20), "kim": (None, 20),
+    }
     klass = tmp_path / "class"
-    for name in ("ada", "bob", "cy", "dan", "eve"):
+    for name, (text, _) in class_.items():
         (klass / name).mkdir(parents=True)
-    text = (ROOT / "search_scales.py").read_text(encoding="utf-8")
-    ours = function_source("search_scales.py", "uniform_scale")
-    theirs = disguised(ast.parse(ours).body[0])
-    (klass / "ada" / "search_scales.py").write_text(text.replace(ours, theirs), encoding="utf-8")
-    shutil.copy2(kit / "search_scales.py", klass / "bob" / "search_scales.py")
-    cy = edited("search_scales.py", next(w[3] for w in WRONG if "intercept" in w[1]))
-    own = (INDEPENDENT / "T3_c.py").read_text("utf-8")
-    cy = take(own, cy, "uniform_scale")
-    (klass / "cy" / "search_scales.py").write_text(cy, encoding="utf-8")
-    copied = disguised(find_function(ast.parse(own), "uniform_scale"))
-    (klass / "dan" / "search_scales.py").write_text(take(copied, cy, "uniform_scale"), encoding="utf-8")
-    (klass / "eve" / "search_scales.py").symlink_to(klass / "ada" / "search_scales.py")
-    (klass / "roster.txt").write_text("ada bob cy dan eve\n", encoding="utf-8")
+        if text is not None:
+            (klass / name / "search_scales.py").write_bytes(text.encode("utf-8"))
+    (klass / "tom" / "search_scales.py").write_bytes(b"\xff\xfe" + ss.encode("utf-16-le"))  # not UTF-8
+    (klass / "eve" / "search_scales.py").symlink_to(klass / "fay" / "search_scales.py")  # a classmate's, by link
+    (klass / "jay" / "nanoNoPE-main").mkdir()  # GitHub's zip: one folder deeper
+    shutil.copy2(ROOT / "search_scales.py", klass / "jay" / "nanoNoPE-main" / "search_scales.py")
+    (klass / "kim" / "nope-assignment").mkdir()  # the work one folder down, an old blank copy above it
+    shutil.copy2(kit / "search_scales.py", klass / "kim" / "search_scales.py")
+    (klass / "kim" / "nope-assignment" / "search_scales.py").write_text(with_(indep[3, "b"], indep[4, "c"]), encoding="utf-8")
+    (klass / "notes.txt").write_text("a stray file\n", encoding="utf-8")
     book = tmp_path / "grades.csv"
     out = subprocess.run([sys.executable, "tools/classroom.py", "grade-all", str(klass), f"--csv={book}",
                           "--tasks=T3,T4", "--secret=class secret", f"--sandbox={'auto' if METHODS else 'none'}"],
                          cwd=project, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert "skipped roster.txt" in out.stdout and "graded 5 students" in out.stdout
+    assert "skipped notes.txt" in out.stdout and "graded 21 students" in out.stdout
     lines = book.read_text(encoding="utf-8").splitlines()
     assert lines[0] == "student,T3,T4,total,problems,copied,same_as,late"
     import csv
     rows = {r["student"]: r for r in csv.DictReader(lines)}
-    assert [rows[s]["total"] for s in ("ada", "bob", "cy", "dan", "eve")] == ["20", "0", "10", "10", "0"], rows
-    assert rows["ada"]["copied"] == "T3 T4" and rows["bob"]["copied"] == "" and "T3" not in rows["cy"]["copied"]
-    assert "T4" in rows["cy"]["problems"] and "intercept" in rows["cy"]["problems"]
+    got = {name: int(float(rows[name]["total"])) for name in class_}
+    assert got == {name: want for name, (_, want) in class_.items()}, {n: rows[n]["problems"][:200] for n in got
+                                                                     if got[n] != class_[n][1]}
+    assert rows["ada"]["copied"] == "T3 T4" and not rows["fay"]["copied"] and not rows["gus"]["copied"]
     assert "T3 dan" in rows["cy"]["same_as"] and "T3 cy" in rows["dan"]["same_as"]
-    assert "symbolic link" in rows["eve"]["problems"]
+    assert "symbolic link" in rows["eve"]["problems"] and "intercept" in rows["cy"]["problems"]
+    assert "my_argmin" in rows["max"]["problems"] and "over 1024 KB" in rows["sue"]["problems"]
+    assert "not UTF-8" in rows["tom"]["problems"] and "no task file" in rows["una"]["problems"]
+    feedback = {f.stem: f.read_text("utf-8") for f in (tmp_path / "grades_feedback").iterdir()}
+    assert len(feedback) == 21 and "graded the folder nope-assignment" in feedback["kim"]
+    assert "graded the folder nanoNoPE-main" in feedback["jay"] and "20/20" in feedback["fay"]
 
 
 @pytest.mark.slow
