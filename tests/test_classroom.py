@@ -278,6 +278,14 @@ def task_checks(tid, functions):
     return out
 
 
+def check_names(tid):
+    """The names pytest gives task tid's checks, in task_checks' order (test_T3_x[2], ...)."""
+    import test_paper
+    return [name + ("[" + "-".join(str(v) for v in params.values()) + "]" if params else "")
+            for name, test in vars(test_paper).items() if name.startswith(f"test_{tid}_")
+            for params in cases_of(test)]
+
+
 def cases_of(test):
     """The keyword arguments of each case of a test (its pytest.mark.parametrize marks)."""
     cases = [{}]
@@ -348,14 +356,17 @@ def test_the_projects_own_functions_pass_every_check_of_their_task(tid, tmp_path
 
 @pytest.mark.parametrize("tid, what, path, edits", WRONG, ids=[w[1] for w in WRONG])
 def test_a_wrong_version_fails_a_check_of_its_task(tid, what, path, edits, tmp_path, kit):
-    """It fails a grader's check and a check of the student copy: the task scores 0 both ways
-    (the copy compares every value a check's calls return, so it may fail more checks)."""
+    """It fails a grader's check and a check of the student copy: the task scores 0 both ways,
+    and no check passes in the copy that fails in the grader at the same seeds (the copy
+    compares every value a check's calls return, so it may fail more of them, never fewer)."""
     functions = functions_of(tmp_path, tid, {path: edited(path, edits)} | {
         p: (ROOT / p).read_text("utf-8") for p in ("model.py", "search_scales.py", "evaluate.py") if p != path})
-    failed = [(n, e) for n, e in task_checks(tid, functions) if e is not None]
-    assert failed, f"{what}: passes every check of {tid}"
-    assert any(e is not None for e in copy_checks(kit, tid, functions).values()), \
-        f"{what}: passes every replayed check of {tid} in the student copy"
+    graded = dict(zip(check_names(tid), (e is None for _, e in task_checks(tid, functions))))
+    assert not all(graded.values()), f"{what}: passes every check of {tid}"
+    replayed = {n: e is None for n, e in copy_checks(kit, tid, functions).items()}
+    assert not all(replayed.values()), f"{what}: passes every replayed check of {tid} in the student copy"
+    lenient = [n for n, ok in replayed.items() if ok and not graded[n]]
+    assert not lenient, f"{what}: the copy passes {lenient}, which the grader fails at the same seeds"
 
 
 INDEPENDENT_VERSIONS = sorted(f.stem for f in INDEPENDENT.glob("T*_*.py"))
