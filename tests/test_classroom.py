@@ -1144,6 +1144,10 @@ def test_the_gradescope_zip_as_gradescope_runs_it(project, kit, tmp_path):
     shutil.copytree(project, broken, ignore=shutil.ignore_patterns("tests", "docs", "data"))
     (broken / "model.py").write_text("def query_scale(:\n", encoding="utf-8")
     assert run(broken) == {"T1": 0, "T3": 10, "T4": 10}
+    # grade with the zip's secret gives the same points for the same code (hidden checks too)
+    cfg = ClassroomConfig(secret="zip secret", sandbox="auto" if METHODS else "none")
+    graded = grade(broken, ["T1", "T3", "T4"], tasks_of(project), cfg, root=project, quiet=True)
+    assert scores(graded) == {"T1": 0, "T3": 10, "T4": 10}
 
 
 @pytest.mark.slow
