@@ -27,7 +27,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from tools.cli import UserError, atomic_write_text
+from tools.cli import UserError
 from tools.kit.source import copy_tree, take_snapshot
 
 SETUP = r"""#!/usr/bin/env bash
