@@ -488,10 +488,15 @@ def load_checkpoint(path, device="cpu", **config_overrides):
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
         raise CheckpointError(f"{path} is not a nanoNoPE checkpoint (no 'model'/'model_args'); "
                               "use one written by train.py or search_scales.py")
-    if "bos" not in ckpt["model_args"]:
-        raise CheckpointError(f"{path} was written before the start token existed (an older "
-                              "nanoNoPE, whose measurements are not comparable): retrain it with "
-                              "this version")
+    # the state without torch.compile's `_orig_mod.` and DDP's `module.` prefixes
+    state = {k.removeprefix("_orig_mod.").removeprefix("module."): v
+             for k, v in ckpt["model"].items()}
+    # an older nanoNoPE: no start token ("bos"), or no slopes (head_slope, once head_scale_log)
+    if ("bos" not in ckpt["model_args"] or not any(k.endswith(".head_slope") for k in state)
+            or any(k.endswith(".head_scale_log") for k in state)):
+        raise CheckpointError(f"{path} was written by an older nanoNoPE (before the start token "
+                              "existed or before the head_slope buffers), whose measurements are "
+                              "not comparable: retrain it with this version")
     known = {f.name for f in fields(GPTConfig)}
     args = {k: v for k, v in ckpt["model_args"].items() if k in known}
     for k, v in config_overrides.items():
@@ -502,15 +507,6 @@ def load_checkpoint(path, device="cpu", **config_overrides):
         model = GPT(GPTConfig(**args))
     except ValueError as e:
         raise CheckpointError(f"{path}: {e}") from None
-    state = {}
-    for k, v in ckpt["model"].items():
-        k = k.removeprefix("_orig_mod.").removeprefix("module.")
-        if k.endswith(".head_scale_log"):  # the slope's buffer before it was named head_slope
-            k = k.removesuffix(".head_scale_log") + ".head_slope"
-        state[k] = v
-    for k, v in model.state_dict().items():  # saved before slopes existed: zeros (constant lambda)
-        if k.endswith(".head_slope"):
-            state.setdefault(k, v)
     try:
         model.load_state_dict(state)
     except RuntimeError as e:

@@ -459,7 +459,7 @@ def test_a_slope_tensor_that_requires_grad_is_kept():
     assert all(p.grad is None for p in model.parameters())
 
 
-def test_checkpoints_keep_the_slopes_and_old_ones_load_with_zeros(tmp_path):
+def test_checkpoints_keep_the_slopes_and_old_ones_are_one_clear_error(tmp_path):
     model = make("nope", bos=True)
     model.set_head_scales(torch.rand(2, 4) + 1)
     model.set_head_slopes(torch.rand(2, 4))
@@ -470,22 +470,16 @@ def test_checkpoints_keep_the_slopes_and_old_ones_load_with_zeros(tmp_path):
     idx = tokens(T=3 * model.config.block_size)
     with torch.no_grad():
         assert torch.equal(model(idx, idx)[0], loaded(idx, idx)[0])
-    # a checkpoint written before the slopes existed: no head_slope in its state dict
-    old = make("nope", bos=True)
-    save_checkpoint(tmp_path / "old.pt", old)
-    ckpt = torch.load(tmp_path / "old.pt", weights_only=True)
-    ckpt["model"] = {k: v for k, v in ckpt["model"].items() if not k.endswith("head_slope")}
-    assert len(ckpt["model"]) == len(old.state_dict()) - 2
-    torch.save(ckpt, tmp_path / "old.pt")
-    loaded = load_checkpoint(tmp_path / "old.pt")[0]
-    assert torch.equal(loaded.get_head_slopes(), torch.zeros(2, 4))
-    with torch.no_grad():
-        assert torch.equal(old(idx, idx)[0], loaded(idx, idx)[0])
-    # one written while the slope's buffer was called head_scale_log: it loads under its new name
-    ckpt = torch.load(tmp_path / "new.pt", weights_only=True)
-    ckpt["model"] = {k.replace(".head_slope", ".head_scale_log"): v for k, v in ckpt["model"].items()}
-    torch.save(ckpt, tmp_path / "renamed.pt")
-    assert torch.equal(load_checkpoint(tmp_path / "renamed.pt")[0].get_head_slopes(), model.get_head_slopes())
+    # written before the slopes existed (no head_slope), or while their buffer was called
+    # head_scale_log: refused in one line, never migrated
+    new = torch.load(tmp_path / "new.pt", weights_only=True)
+    noslope = {k: v for k, v in new["model"].items() if not k.endswith(".head_slope")}
+    renamed = {k.replace(".head_slope", ".head_scale_log"): v for k, v in new["model"].items()}
+    for name, state in (("noslope", noslope), ("renamed", renamed)):
+        torch.save(new | {"model": state}, tmp_path / f"{name}.pt")
+        with pytest.raises(CheckpointError, match="older nanoNoPE.*retrain it with this version") as e:
+            load_checkpoint(tmp_path / f"{name}.pt")
+        assert len(str(e.value).splitlines()) == 1
 
 
 @pytest.mark.parametrize("pos", ["nope", "rope"])
