@@ -5,9 +5,9 @@ Train a NoPE (or RoPE) GPT at length L = block_size.
     python train.py --preset=cpu --pos_encoding=rope --out_dir=out/rope
     python train.py --preset=cpu --resume                          # continue after a kill
     torchrun --standalone --nproc_per_node=2 train.py --preset=gpu  # data parallel (DDP)
-    python train.py --preset=cpu --pos_encoding=rope --nope_every=4   # a hybrid: every 4th layer NoPE
+    python train.py --preset=cpu --pos_encoding=rope --nope_every=4   # hybrid: every 4th layer NoPE
     python train.py --preset=cpu --init_from=out/rope/ckpt.pt --pos_encoding=nope --max_iters=400
-                                                                   # DroPE: RoPE dropped, recalibrated
+                                                                   # DroPE: drop RoPE, recalibrate
 
 Every row begins with the start token unless --bos=false (data/__init__.py says why).
 Writes out_dir/ckpt.pt (last, with optimizer state, for --resume), out_dir/best.pt
@@ -29,8 +29,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from data import Dataset
 from evaluate import measure
 from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
-from tools.cli import (Progress, UserError, autocast, config_dict, format_seconds, grad_scaler, parse_config,
-                       pick_device, pick_dtype, run_main, write_csv, write_json)
+from tools.cli import (Progress, UserError, autocast, config_dict, format_seconds, grad_scaler,
+                       parse_config, pick_device, pick_dtype, run_main, write_csv, write_json)
 
 
 @dataclass
@@ -39,7 +39,7 @@ class TrainConfig:
     out_dir: str = "out/nope"           # checkpoints and logs go here
     dataset: str = "pystdlib"           # data/NAME (prepared by data/NAME/prepare.py) or a folder
     resume: bool = False                # continue from out_dir/ckpt.pt (model, optimizer, step)
-    init_from: str = ""                 # fine-tune: start from this checkpoint's weights and shape, fresh optimizer
+    init_from: str = ""                 # fine-tune: a checkpoint's weights and shape, new optimizer
     overwrite: bool = False             # allow a fresh run to replace an existing out_dir/ckpt.pt
     # model
     pos_encoding: str = "nope"          # nope | rope
@@ -52,15 +52,15 @@ class TrainConfig:
     rope_base: float = 10000.0          # RoPE base
     rope_scaling: str = "none"          # RoPE extension to train with: none | pi | ntk | yarn
     rope_factor: float = 1.0            # RoPE extension factor
-    bos: bool = True                    # begin every row with the start token (false: the paper's bare windows)
-    nope_every: int = 0                 # hybrid (with rope): every k-th layer has no position encoding (Llama 4: 4)
+    bos: bool = True                    # rows begin with the start token (false: as in the paper)
+    nope_every: int = 0                 # rope hybrid: every k-th layer is NoPE (Llama 4: 4)
     rope_window: int = 0                # hybrid: the RoPE layers' sliding window, <= L (0 = global)
-    nope_temp: float = 0.0              # Llama 4's temperature on the NoPE layers past L (0 = off; Llama 4: 0.1)
+    nope_temp: float = 0.0              # temperature of NoPE layers past L (0 = off; Llama 4: 0.1)
     nope_temp_floor: float = 1.0        # its floor scale, in units of L
     # optimisation
     batch_size: int = 64                # sequences per micro-step per process
     gradient_accumulation_steps: int = 1  # micro-steps per optimizer step
-    max_iters: int = 2000               # optimizer steps (0 with --init_from: convert and save, no training)
+    max_iters: int = 2000               # optimizer steps (0 with --init_from: convert and save)
     learning_rate: float = 2e-3         # peak learning rate
     min_lr: float = 2e-4                # floor of the cosine decay
     warmup_iters: int = 100             # linear warm-up steps
@@ -69,31 +69,32 @@ class TrainConfig:
     beta1: float = 0.9                  # AdamW beta1
     beta2: float = 0.99                 # AdamW beta2
     grad_clip: float = 1.0              # clip the global gradient norm (0 = off)
-    passkey_frac: float = 0.0           # share of each batch that is passkey examples (loss: text + answers)
+    passkey_frac: float = 0.0           # passkey examples' share of a batch (loss: text + answers)
     # evaluation and logging
     eval_interval: int = 250            # validate and checkpoint every this many steps
-    val_windows: int = 256              # validation windows of L positions: fixed, the same for every seed,
-                                        # batch size and recipe (the "search" documents: none evaluated)
+    val_windows: int = 256              # validation windows of L positions (fixed, "search" docs):
+                                        # the same for every seed, batch size and recipe; the
+                                        # evaluation never reads those documents
     log_interval: int = 25              # print a progress line every this many steps
     # system
-    device: str = "auto"                # auto (cuda, then mps, then cpu) | cpu | cuda | cuda:1 | mps
-    dtype: str = "auto"                 # auto (CUDA: bf16 where native, else fp16; elsewhere fp32) | float32 |
-                                        # bfloat16 | float16 (with a gradient scaler)
+    device: str = "auto"                # auto (cuda, mps, then cpu) | cpu | cuda | cuda:1 | mps
+    dtype: str = "auto"                 # auto | float32 | bfloat16 | float16 (with a grad scaler)
+                                        # auto: on CUDA bf16 where native, else fp16; elsewhere fp32
     compile: bool = False               # torch.compile the model (slow start, faster steps)
     seed: int = 1337                    # the same seed gives the same losses on the same machine
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
 
 MODEL_KEYS = [f.name for f in fields(GPTConfig) if f.name in TrainConfig.__dataclass_fields__]
-VAL_SEED = 1234  # the validation monitor's windows (in the scale search's documents), not the training seed
+VAL_SEED = 1234  # the monitor's windows (in the scale search's documents), not the training seed
 VAL_BATCH = 32   # windows per forward pass of the monitor (does not change what it measures)
-LOG_HEADER = ["step", "train_loss", "val_loss", "lr", "grad_norm", "seconds"]  # train_log.csv's columns
+LOG_HEADER = ["step", "train_loss", "val_loss", "lr", "grad_norm", "seconds"]  # train_log.csv
 
 
 def cosine_lr(it, warmup, decay_iters, lr, min_lr):
-    """The learning rate at step `it`: linear warm-up over `warmup` steps, then a cosine from lr down
-    to min_lr at decay_iters, held there. The one schedule of the project (train.py's runs and
-    search_scales.py's fits of lambda)."""
+    """The learning rate at step `it`: linear warm-up over `warmup` steps, then a cosine from lr
+    down to min_lr at decay_iters, held there. The one schedule of the project (train.py's runs
+    and search_scales.py's fits of lambda)."""
     if it < warmup:
         return lr * (it + 1) / (warmup + 1)
     if it >= decay_iters:
@@ -103,7 +104,8 @@ def cosine_lr(it, warmup, decay_iters, lr, min_lr):
 
 
 def get_lr(it, cfg):
-    return cosine_lr(it, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters, cfg.learning_rate, cfg.min_lr)
+    return cosine_lr(it, cfg.warmup_iters, cfg.lr_decay_iters or cfg.max_iters, cfg.learning_rate,
+                     cfg.min_lr)
 
 
 def main():
@@ -113,7 +115,7 @@ def main():
     try:
         train(cfg, ddp, rank, world, device)
     except BaseException as e:  # under DDP, an error (a loss not finite) ends every process alike:
-        traceback.clear_frames(e.__traceback__)  # free what its frames hold, the DDP wrapper among them,
+        traceback.clear_frames(e.__traceback__)  # free what its frames hold (the DDP wrapper),
         if ddp:                                  # then the process group, as after a finished run
             end_processes(wait=False)
         raise
@@ -129,13 +131,12 @@ def train(cfg, ddp, rank, world, device):
     scaler = grad_scaler(dtype)  # float16 only; otherwise its calls do nothing
     torch.manual_seed(cfg.seed)
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
-    log_path = os.path.join(cfg.out_dir, "train_log.csv")
 
     # --- model, data, optimizer: fresh, resumed (--resume) or from another checkpoint (--init_from)
     model, ds, ckpt = make_model(cfg, ckpt_path, world)
     model.to(device)
-    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate, (cfg.beta1, cfg.beta2),
-                                           device.split(":")[0])
+    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
+                                           (cfg.beta1, cfg.beta2), device.split(":")[0])
     iter_num, best_val, log_rows = resume_state(ckpt, optimizer, scaler)  # 0, inf, [] when fresh
     raw_model, model, ckpt = model, wrap(model, cfg, ddp, device), None  # ckpt freed
     passkey, n_passkey = passkey_rows(cfg, ds)  # (None, 0) unless --passkey_frac > 0
@@ -144,32 +145,11 @@ def train(cfg, ddp, rank, world, device):
     if master:
         describe(cfg, raw_model, ds, tokens_per_iter, n_passkey, device, dtype, world, iter_num)
 
-    def evaluate_and_save():
-        """Rank 0 measures, logs and saves; every process stops if the loss is not finite."""
-        nonlocal best_val
-        val = float(measure(raw_model, val_windows, VAL_BATCH, ctx)["loss"].mean()) if master else 0.0
-        raw_model.train()
-        if not finite_everywhere(val, ddp, device):
-            raise UserError(f"validation loss is not finite at step {iter_num}; nothing saved. Lower "
-                            "--learning_rate or raise --warmup_iters, then --resume from the last checkpoint")
-        if not master:
-            return val
-        log_rows.append([iter_num, round(train_loss, 5), round(val, 5), lr, round(grad_norm, 4),
-                         round(time.time() - t_start + elapsed_before, 1)])
-        improved, best_val = val < best_val, min(best_val, val)
-        record = run_record(cfg, ds, world, iter_num, best_val, log_rows)
-        if improved:
-            save_checkpoint(os.path.join(cfg.out_dir, "best.pt"), raw_model, **record)
-        save_checkpoint(ckpt_path, raw_model, **record, optimizer=optimizer.state_dict(),
-                        **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}))
-        write_csv(log_path, log_rows, LOG_HEADER)
-        return val
-
     # --- the loop ---------------------------------------------------------------------
     g = torch.Generator()
     elapsed_before = log_rows[-1][-1] if log_rows else 0.0
     train_loss, grad_norm, lr = float("nan"), float("nan"), get_lr(iter_num, cfg)
-    loss_sum, loss_count = torch.zeros((), device=device), 0  # summed on the device: no sync per step
+    loss_sum, loss_count = torch.zeros((), device=device), 0  # on the device: no sync per step
     progress = Progress(cfg.max_iters, tokens_per_iter, start_step=iter_num)
     t_start = time.time()
     model.train()
@@ -178,9 +158,9 @@ def train(cfg, ddp, rank, world, device):
         for group in optimizer.param_groups:
             group["lr"] = lr
         for micro in range(cfg.gradient_accumulation_steps):
-            # batches depend only on (seed, rank, step, micro-step): a resumed run sees the same data
+            # batches depend only on (seed, rank, step, micro-step): resumed runs see the same data
             g.manual_seed(cfg.seed * 1_000_003 + rank * 7_919 + iter_num * 101 + micro)
-            x, y = ds.get_batch("train", cfg.batch_size, cfg.block_size, g, device)  # (B, T), (B, T)
+            x, y = ds.get_batch("train", cfg.batch_size, cfg.block_size, g, device)  # (B, T) each
             if ddp:  # sync gradients only on the last micro-step
                 model.require_backward_grad_sync = micro == cfg.gradient_accumulation_steps - 1
             with ctx:
@@ -191,42 +171,88 @@ def train(cfg, ddp, rank, world, device):
             scaler.scale(loss / cfg.gradient_accumulation_steps).backward()
             loss_sum += loss.detach()
             loss_count += 1
-        norm = optimizer_step(model, optimizer, scaler, cfg.grad_clip)  # a tensor on the device, or None
+        norm = optimizer_step(model, optimizer, scaler, cfg.grad_clip)  # on the device, or None
         iter_num += 1
 
-        if iter_num % cfg.log_interval == 0 or iter_num == cfg.max_iters or iter_num % cfg.eval_interval == 0:
-            train_loss = loss_sum.item() / loss_count  # mean since the last report; a NaN anywhere shows here
+        evaluate_now = iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters
+        if evaluate_now or iter_num % cfg.log_interval == 0:  # evaluations log the training loss
+            train_loss = mean_train_loss(loss_sum, loss_count, iter_num, ddp, device)
             grad_norm = float(norm) if norm is not None else float("nan")
-            loss_sum.zero_()
-            loss_count = 0
-            if not finite_everywhere(train_loss, ddp, device):
-                raise UserError(f"training loss is {train_loss} by step {iter_num}; no checkpoint written. Lower "
-                                "--learning_rate or raise --warmup_iters, then --resume from the last checkpoint")
+            loss_sum, loss_count = torch.zeros((), device=device), 0  # the next report's sum
             if master and iter_num % cfg.log_interval == 0:
-                print(progress.line(iter_num, loss=train_loss, lr=f"{lr:.2e}", gnorm=f"{grad_norm:.2f}"), flush=True)
-        if iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters:
-            val = evaluate_and_save()  # in every process: rank 0 measures and saves
-            if master:
-                print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), saved {ckpt_path}", flush=True)
+                print(progress.line(iter_num, loss=train_loss, lr=f"{lr:.2e}",
+                                    gnorm=f"{grad_norm:.2f}"), flush=True)
+        if evaluate_now:
+            val = validate(raw_model, val_windows, ctx, ddp, device, master, iter_num)
+            if master:  # rank 0 logs and saves
+                wall = time.time() - t_start + elapsed_before
+                best_val = log_and_save(cfg, ds, world, raw_model, optimizer, scaler, log_rows,
+                                        best_val, [iter_num, train_loss, val, lr, grad_norm, wall])
+                print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), "
+                      f"saved {ckpt_path}", flush=True)
                 warn_if_memorising(log_rows)
 
-    if cfg.max_iters == 0:  # --init_from converted, not trained: the starting weights, measured and saved
-        val = evaluate_and_save()
+    if cfg.max_iters == 0:  # --init_from converted, not trained: its weights measured and saved
+        val = validate(raw_model, val_windows, ctx, ddp, device, master, iter_num)
         if master:
+            wall = time.time() - t_start + elapsed_before
+            best_val = log_and_save(cfg, ds, world, raw_model, optimizer, scaler, log_rows,
+                                    best_val, [iter_num, train_loss, val, lr, grad_norm, wall])
             print(f"step 0: val loss {val:.4f}, saved {ckpt_path} (no training step)", flush=True)
     if master:
-        write_summary(cfg, raw_model, ds, log_rows, iter_num, best_val, tokens_per_iter, val_windows,
-                      time.time() - t_start + elapsed_before, device, dtype, world)
+        write_summary(cfg, raw_model, ds, log_rows, iter_num, best_val, tokens_per_iter,
+                      val_windows, time.time() - t_start + elapsed_before, device, dtype, world)
 
 
 # -----------------------------------------------------------------------------
 # The run's machinery: how it starts, what it prints and writes, how it ends
 
+def mean_train_loss(loss_sum, loss_count, iter_num, ddp, device):
+    """The mean training loss since the last report, read from the device where the steps summed
+    it (a NaN in any of them shows here). Every process stops if it is not finite."""
+    train_loss = loss_sum.item() / loss_count
+    if not finite_everywhere(train_loss, ddp, device):
+        raise UserError(f"training loss is {train_loss} by step {iter_num}; no checkpoint written. "
+                        "Lower --learning_rate or raise --warmup_iters, then --resume from the "
+                        "last checkpoint")
+    return train_loss
+
+
+def validate(model, windows, ctx, ddp, device, master, iter_num):
+    """The validation loss on the monitor's fixed windows, measured by rank 0 (the other processes
+    return 0.0); the model goes back to training mode. Every process stops if it is not finite."""
+    val = float(measure(model, windows, VAL_BATCH, ctx)["loss"].mean()) if master else 0.0
+    model.train()
+    if not finite_everywhere(val, ddp, device):
+        raise UserError(f"validation loss is not finite at step {iter_num}; nothing saved. Lower "
+                        "--learning_rate or raise --warmup_iters, then --resume from the last "
+                        "checkpoint")
+    return val
+
+
+def log_and_save(cfg, ds, world, model, optimizer, scaler, log_rows, best_val, row):
+    """Rank 0, after an evaluation: `row` (LOG_HEADER's values, not yet rounded) joins the log,
+    then best.pt (when the validation loss improved), ckpt.pt (the last, with the optimizer
+    state, for --resume) and train_log.csv are written. Returns the best validation loss."""
+    iter_num, train_loss, val, lr, grad_norm, wall = row
+    log_rows.append([iter_num, round(train_loss, 5), round(val, 5), lr, round(grad_norm, 4),
+                     round(wall, 1)])
+    improved, best_val = val < best_val, min(best_val, val)
+    record = run_record(cfg, ds, world, iter_num, best_val, log_rows)
+    if improved:
+        save_checkpoint(os.path.join(cfg.out_dir, "best.pt"), model, **record)
+    save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), model, **record,
+                    optimizer=optimizer.state_dict(),
+                    **({"scaler": scaler.state_dict()} if scaler.is_enabled() else {}))
+    write_csv(os.path.join(cfg.out_dir, "train_log.csv"), log_rows, LOG_HEADER)
+    return best_val
+
+
 def run_record(cfg, ds, world, iter_num, best_val, log_rows):
     """What a checkpoint carries beside the weights: every setting (so --resume and the other
     scripts need nothing else), the step, the data's name and hash, the processes, the log."""
-    return {"iter_num": iter_num, "best_val_loss": best_val, "config": config_dict(cfg), "processes": world,
-            "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")},
+    return {"iter_num": iter_num, "best_val_loss": best_val, "config": config_dict(cfg),
+            "processes": world, "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")},
             "log": [dict(zip(LOG_HEADER, r)) for r in log_rows]}
 
 
@@ -246,21 +272,23 @@ def wrap(model, cfg, ddp, device):
     if cfg.compile:
         model = torch.compile(model)
     if ddp:
-        model = DDP(model, device_ids=[int(device.split(":")[1])] if device.startswith("cuda") else None)
+        device_ids = [int(device.split(":")[1])] if device.startswith("cuda") else None
+        model = DDP(model, device_ids=device_ids)
     return model
 
 
 def describe(cfg, model, ds, tokens_per_iter, n_passkey, device, dtype, world, iter_num):
-    """The run's first lines: what is trained, where, and how many passes over the text it makes."""
+    """The run's first lines: what is trained, where, and how many times it reads the text."""
     os.makedirs(cfg.out_dir, exist_ok=True)
     source = f" from {cfg.init_from}" if cfg.init_from else ""
-    print(f"{cfg.pos_encoding} GPT: {model.get_num_params() / 1e6:.2f}M parameters, trained at length "
-          f"{cfg.block_size}{source}, {'with' if cfg.bos else 'without'} the start token, "
+    print(f"{cfg.pos_encoding} GPT: {model.get_num_params() / 1e6:.2f}M parameters, trained at "
+          f"length {cfg.block_size}{source}, {'with' if cfg.bos else 'without'} the start token, "
           f"{tokens_per_iter:,} tokens/step, device {device} {dtype}, "
           f"{world} process(es)" + (f", resuming at step {iter_num}" if iter_num else ""))
     text_share = 1 - n_passkey / cfg.batch_size  # passkey rows are made up, not read from the split
     passes = cfg.max_iters * tokens_per_iter * text_share / len(ds.tokens["train"])
-    print(f"{cfg.max_iters} steps read {passes:.3g} passes over the {len(ds.tokens['train']):,} training tokens"
+    print(f"{cfg.max_iters} steps read {passes:.3g} passes over the "
+          f"{len(ds.tokens['train']):,} training tokens"
           + ("; validation will say if it memorises" if passes > 5 else ""))
 
 
@@ -268,25 +296,28 @@ def warn_if_memorising(log_rows):
     """Say once, at the evaluation where it first shows, that the run memorises (memorising())."""
     if len(log_rows) > 1 and memorising(log_rows[-2][1:3], log_rows[-1][1:3]) and not any(
             memorising(a[1:3], b[1:3]) for a, b in zip(log_rows[:-2], log_rows[1:-1])):
-        print(f"warning: memorising the training text (train loss {log_rows[-2][1]:.2f} -> {log_rows[-1][1]:.2f}, "
-              f"val {log_rows[-2][2]:.2f} -> {log_rows[-1][2]:.2f}): use fewer --max_iters, a smaller vocabulary or "
-              "character level, more --dropout, or more text", flush=True)
+        print(f"warning: memorising the training text (train loss {log_rows[-2][1]:.2f} -> "
+              f"{log_rows[-1][1]:.2f}, val {log_rows[-2][2]:.2f} -> {log_rows[-1][2]:.2f}): use "
+              "fewer --max_iters, a smaller vocabulary or character level, more --dropout, or "
+              "more text", flush=True)
 
 
-def write_summary(cfg, model, ds, log_rows, iter_num, best_val, tokens_per_iter, val_windows, wall, device,
-                  dtype, world):
+def write_summary(cfg, model, ds, log_rows, iter_num, best_val, tokens_per_iter, val_windows, wall,
+                  device, dtype, world):
     """summary.json (when the last step was evaluated) and the closing line."""
     if log_rows and log_rows[-1][0] == iter_num:
         write_json(os.path.join(cfg.out_dir, "summary.json"), {
             # train_len: the model's L, as in results.json; seq_len: the rows of this run (longer
             # than L when fine-tuning at another length with --init_from)
-            "pos_encoding": cfg.pos_encoding, "dataset": cfg.dataset, "train_len": model.config.block_size,
-            "seq_len": cfg.block_size, "bos": cfg.bos, "init_from": cfg.init_from,
-            "params": model.get_num_params(), "steps": iter_num, "tokens": iter_num * tokens_per_iter,
-            "final_val_loss": log_rows[-1][2], "best_val_loss": best_val,
+            "pos_encoding": cfg.pos_encoding, "dataset": cfg.dataset,
+            "train_len": model.config.block_size, "seq_len": cfg.block_size, "bos": cfg.bos,
+            "init_from": cfg.init_from, "params": model.get_num_params(), "steps": iter_num,
+            "tokens": iter_num * tokens_per_iter, "final_val_loss": log_rows[-1][2],
+            "best_val_loss": best_val,
             # bits per byte of the same windows: compares runs with different tokenizers
-            "final_val_bpb": round(ds.bits_per_byte(log_rows[-1][2], val_windows), 5), "wall_seconds": round(wall, 1),
-            "device": device, "dtype": dtype, "processes": world, "seed": cfg.seed})
+            "final_val_bpb": round(ds.bits_per_byte(log_rows[-1][2], val_windows), 5),
+            "wall_seconds": round(wall, 1), "device": device, "dtype": dtype, "processes": world,
+            "seed": cfg.seed})
     print(f"done: {iter_num} steps, val loss {log_rows[-1][2] if log_rows else float('nan'):.4f}, "
           f"wall {format_seconds(wall)}")
 
@@ -345,21 +376,22 @@ def passkey_rows(cfg, ds):
     if n == 0:
         return None, 0
     passkey = ds.passkey()
-    if passkey.shortest() > cfg.block_size + 1:  # a row holds block_size + 1 tokens (inputs and targets)
-        raise UserError(f"block_size {cfg.block_size} is too short for passkey examples (one takes "
-                        f"{passkey.shortest()} tokens: --block_size={passkey.shortest() - 1} or more)")
+    if passkey.shortest() > cfg.block_size + 1:  # a row holds block_size + 1 tokens (x and y)
+        raise UserError(f"block_size {cfg.block_size} is too short for passkey examples (one "
+                        f"takes {passkey.shortest()} tokens: --block_size={passkey.shortest() - 1} "
+                        "or more)")
     return passkey, n
 
 
 def passkey_loss(model, x, y, passkey, n, g):
     """The passkey stage's loss (--passkey_frac): the first n rows of the
-    batch become passkey examples, scored on their answer alone; the answer's few tokens get a mean
-    of their own (among the text's they would barely count), added to the text rows' mean."""
+    batch become passkey examples, scored on their answer alone; the answer's few tokens get a
+    mean of their own (among the text's they would barely count), added to the text rows' mean."""
     B, T = x.shape
     xy, is_answer = passkey.training_rows(n, T + 1, g)            # (n, T + 1) tokens, answer mask
-    x, y = x.clone(), y.clone()                                    # (B, T): x and y are views of one tensor
+    x, y = x.clone(), y.clone()                                    # (B, T): they viewed one tensor
     x[:n], y[:n] = xy[:, :-1].to(x.device), xy[:, 1:].to(x.device)
-    y[:n][~is_answer[:, 1:].to(x.device)] = -1                     # score only the answer in passkey rows
+    y[:n][~is_answer[:, 1:].to(x.device)] = -1                     # passkey rows: the answer alone
     _, tok = model(x, y, reduction="none")                         # (B, T), 0 where y = -1
     loss = tok[:n].sum() / (y[:n] >= 0).sum()
     return loss + tok[n:].mean() if n < B else loss
@@ -369,12 +401,15 @@ def passkey_loss(model, x, y, passkey, n, g):
 # command line wins (DroPE: --pos_encoding=nope on a RoPE checkpoint recalibrates it without
 # RoPE); a shape given there that differs is refused (the weights would not fit it).
 SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "bias"]
-POSITION_KEYS = ["pos_encoding", "rope_base", "nope_every", "rope_window", "nope_temp", "nope_temp_floor"]
+POSITION_KEYS = ["pos_encoding", "rope_base", "nope_every", "rope_window", "nope_temp",
+                 "nope_temp_floor"]
 
 
 def given_keys(argv=None):
-    """The settings named on the command line (a preset's are not: it sets a fresh model's shape)."""
-    return {a[2:].partition("=")[0] for a in (sys.argv[1:] if argv is None else argv) if a.startswith("--")}
+    """The settings named on the command line (a preset's are not: it sets a fresh model's
+    shape)."""
+    return {a[2:].partition("=")[0] for a in (sys.argv[1:] if argv is None else argv)
+            if a.startswith("--")}
 
 
 def init_overrides(cfg, saved, argv=None):
@@ -383,12 +418,13 @@ def init_overrides(cfg, saved, argv=None):
     clash = [f"{k}={getattr(saved, k)!r} (given {getattr(cfg, k)!r})" for k in SHAPE_KEYS
              if k in given and getattr(cfg, k) != getattr(saved, k)]
     if clash:
-        raise UserError(f"{cfg.init_from} has {', '.join(clash)}: fine-tuning keeps a checkpoint's shape; "
-                        "drop those settings or train a new model")
-    changed = {k: getattr(cfg, k) for k in POSITION_KEYS if k in given and getattr(cfg, k) != getattr(saved, k)}
+        raise UserError(f"{cfg.init_from} has {', '.join(clash)}: fine-tuning keeps a "
+                        "checkpoint's shape; drop those settings or train a new model")
+    changed = {k: getattr(cfg, k) for k in POSITION_KEYS
+               if k in given and getattr(cfg, k) != getattr(saved, k)}
     if changed:
-        print(f"--init_from with {', '.join(f'{k}={v!r}' for k, v in changed.items())} (the checkpoint: "
-              f"{', '.join(f'{k}={getattr(saved, k)!r}' for k in changed)})")
+        print(f"--init_from with {', '.join(f'{k}={v!r}' for k, v in changed.items())} "
+              f"(the checkpoint: {', '.join(f'{k}={getattr(saved, k)!r}' for k in changed)})")
     return changed
 
 
@@ -396,8 +432,9 @@ def check(cfg):
     for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters",
               "gradient_accumulation_steps", "eval_interval", "val_windows", "log_interval"):
         if getattr(cfg, k) <= 0 and not (k == "max_iters" and cfg.max_iters == 0 and cfg.init_from):
-            raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}" + (" (0 only with --init_from: the "
-                            "checkpoint converted, not trained)" if k == "max_iters" else ""))
+            raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}"
+                            + (" (0 only with --init_from: the checkpoint converted, not trained)"
+                               if k == "max_iters" else ""))
     if not 0 <= cfg.passkey_frac <= 1:
         raise UserError(f"--passkey_frac must be between 0 and 1, got {cfg.passkey_frac}")
     if cfg.learning_rate <= 0:
@@ -405,24 +442,27 @@ def check(cfg):
 
 
 # what --resume may change: how the run goes on, not what it trains (max_iters: see check_resume)
-RESUME_MAY_CHANGE = {"resume", "overwrite", "max_iters", "eval_interval", "log_interval", "device", "dtype",
-                     "compile", "preset"}
+RESUME_MAY_CHANGE = {"resume", "overwrite", "max_iters", "eval_interval", "log_interval", "device",
+                     "dtype", "compile", "preset"}
 
 
 def check_resume(cfg, saved, path, iter_num, world, saved_world):
     """--resume continues the same run: every setting that decides what is trained must be the
-    checkpoint's. How it runs (device, precision, compile, intervals) may change, and max_iters may
-    grow (the usual reason to resume): with lr_decay_iters=0 the cosine then ends at the new
-    max_iters, so the steps after the resume do not repeat a run that was that long from the start."""
-    differ = [f"{k}={saved.get(k)!r} (now {getattr(cfg, k)!r})" for k in TrainConfig.__dataclass_fields__
+    checkpoint's. How it runs (device, precision, compile, intervals) may change, and max_iters
+    may grow (the usual reason to resume): with lr_decay_iters=0 the cosine then ends at the new
+    max_iters, so the steps after the resume do not repeat a run that was that long from the
+    start."""
+    differ = [f"{k}={saved.get(k)!r} (now {getattr(cfg, k)!r})"
+              for k in TrainConfig.__dataclass_fields__
               if k not in RESUME_MAY_CHANGE and saved.get(k) != getattr(cfg, k)]
-    if world != saved_world:  # each process reads its own batches: the processes decide the data too
+    if world != saved_world:  # each process reads its own batches: the processes decide the data
         differ.append(f"{saved_world} process(es) (now {world})")
     if differ:
-        raise UserError(f"{path} was trained with {', '.join(differ)}: pass the same settings to resume, "
-                        "or start a new --out_dir")
+        raise UserError(f"{path} was trained with {', '.join(differ)}: pass the same settings to "
+                        "resume, or start a new --out_dir")
     if cfg.max_iters < iter_num:
-        raise UserError(f"{path} is at step {iter_num}, past --max_iters={cfg.max_iters}: nothing to resume")
+        raise UserError(f"{path} is at step {iter_num}, past --max_iters={cfg.max_iters}: "
+                        "nothing to resume")
     if cfg.max_iters != saved.get("max_iters"):
         print(f"resuming with max_iters {saved.get('max_iters')} -> {cfg.max_iters}"
               + (": the cosine now ends at the new max_iters" if not cfg.lr_decay_iters else ""))
@@ -442,9 +482,11 @@ def make_model(cfg, ckpt_path, world):
         if changed:  # the same weights in the model asked for (DroPE: RoPE removed)
             init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", **load, **changed)
         if cfg.bos != init_model.config.bos:  # a model keeps the start-token mode it was trained in
-            raise UserError(f"{cfg.init_from} was trained {'with' if init_model.config.bos else 'without'} the "
-                            f"start token; pass --bos={str(init_model.config.bos).lower()} to fine-tune it")
-        ds = Dataset.for_model(init_model.config, init_ckpt, cfg.dataset)  # the same data, the same token mode
+            raise UserError(f"{cfg.init_from} was trained "
+                            f"{'with' if init_model.config.bos else 'without'} the start token; "
+                            f"pass --bos={str(init_model.config.bos).lower()} to fine-tune it")
+        # the same data, in the same start-token mode
+        ds = Dataset.for_model(init_model.config, init_ckpt, cfg.dataset)
         for k in SHAPE_KEYS + POSITION_KEYS:  # what the run records: the model as it is fine-tuned
             setattr(cfg, k, getattr(init_model.config, k))
     else:
@@ -453,15 +495,17 @@ def make_model(cfg, ckpt_path, world):
         if not os.path.exists(ckpt_path):
             raise UserError(f"--resume but {ckpt_path} does not exist; start without --resume")
         model, ckpt = load_checkpoint(ckpt_path, "cpu")
-        check_resume(cfg, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"], world, ckpt.get("processes", 1))
-        Dataset.for_model(model.config, ckpt, cfg.dataset)  # the same text as before the interruption
+        check_resume(cfg, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"], world,
+                     ckpt.get("processes", 1))
+        Dataset.for_model(model.config, ckpt, cfg.dataset)  # the same text as before it stopped
         return model, ds, ckpt
     if os.path.exists(ckpt_path) and not cfg.overwrite:
         raise UserError(f"{ckpt_path} already exists: pass --resume to continue it, --overwrite to "
                         "replace it, or another --out_dir")
     if cfg.init_from:
         return init_model, ds, None
-    return GPT(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS}, vocab_size=ds.vocab_size)), ds, None
+    model = GPT(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS}, vocab_size=ds.vocab_size))
+    return model, ds, None
 
 
 def start_processes(cfg):
@@ -471,10 +515,12 @@ def start_processes(cfg):
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     if int(os.environ.get("RANK", -1)) == -1:
         return False, 0, 1, pick_device(cfg.device)
-    rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    world = int(os.environ["WORLD_SIZE"])
     if cfg.device not in ("auto", "cuda", "cpu"):
-        raise UserError(f"under torchrun --device={cfg.device} cannot be honoured: each process takes "
-                        "cuda:LOCAL_RANK; use --device=auto, cuda or cpu (choose cards with CUDA_VISIBLE_DEVICES)")
+        raise UserError(f"under torchrun --device={cfg.device} cannot be honoured: each process "
+                        "takes cuda:LOCAL_RANK; use --device=auto, cuda or cpu (choose cards with "
+                        "CUDA_VISIBLE_DEVICES)")
     if cfg.device == "cuda" and not torch.cuda.is_available():
         raise UserError("--device=cuda but CUDA is not available here; use --device=auto")
     cuda = torch.cuda.is_available() and cfg.device != "cpu"

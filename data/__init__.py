@@ -4,7 +4,7 @@ The dataset format, written by data/*/prepare.py and read by every script:
     data/NAME/train.bin   uint16 token ids, all training documents back to back
     data/NAME/val.bin     the same for validation
     data/NAME/meta.json   vocabulary, sizes, document boundaries, the start token, the source
-    data/NAME/bpe.json    a learned BPE vocabulary (--tokenizer=bpe only; its sha256 is in meta.json)
+    data/NAME/bpe.json    a learned BPE vocabulary (--tokenizer=bpe only; its sha256 in meta.json)
 
 Documents (files of a corpus) are split whole into train or val, and their boundaries are
 recorded, so evaluation windows can be taken inside one document: a window that spans two
@@ -73,7 +73,8 @@ class CharTokenizer:
         for t in texts:
             chars.update(t)
         if ascii_only:
-            chars = {c for c in chars if ord(c) < 128} | ({PLACEHOLDER} if any(ord(c) >= 128 for c in chars) else set())
+            chars = ({c for c in chars if ord(c) < 128}
+                     | ({PLACEHOLDER} if any(ord(c) >= 128 for c in chars) else set()))
         return cls(sorted(chars))
 
     def encode(self, text):
@@ -97,7 +98,7 @@ class CharTokenizer:
         return {}  # the vocabulary lives in meta.json
 
     def token_bytes(self):
-        # the placeholder of an ASCII-only vocabulary counts as its own 3 bytes, not those it replaced
+        # an ASCII-only vocabulary's placeholder counts as its own 3 bytes, not those it replaced
         return np.array([len(c.encode("utf-8")) for c in self.itos] + [0], dtype=np.int64)
 
 
@@ -124,7 +125,8 @@ class TiktokenTokenizer:
         return {}  # tiktoken rebuilds a named encoding itself
 
     def token_bytes(self):
-        special = {self.enc.encode_single_token(t) for t in self.enc.special_tokens_set} | {self.bos_id}
+        special = ({self.enc.encode_single_token(t) for t in self.enc.special_tokens_set}
+                   | {self.bos_id})
         return np.array([0 if i in special else len(self.enc.decode_single_token_bytes(i))
                          for i in range(self.vocab_size)], dtype=np.int64)
 
@@ -143,8 +145,8 @@ class BpeTokenizer(TiktokenTokenizer):
         self.ranks, self.pattern, self.trainer = ranks, pattern, trainer
         self.bos_id = len(ranks)
         self.vocab_size = len(ranks) + 1
-        self.enc = tiktoken.Encoding(name=f"bpe{len(ranks)}", pat_str=pattern, mergeable_ranks=ranks,
-                                     special_tokens={BOS_TOKEN: self.bos_id})
+        self.enc = tiktoken.Encoding(name=f"bpe{len(ranks)}", pat_str=pattern,
+                                     mergeable_ranks=ranks, special_tokens={BOS_TOKEN: self.bos_id})
         self.name = self.enc.name
         # bpe.json's bytes, made once (write_dataset stores them; meta() records their hash)
         tokens = sorted(self.ranks, key=self.ranks.get)
@@ -159,7 +161,8 @@ class BpeTokenizer(TiktokenTokenizer):
 
     def meta(self):
         sha = hashlib.sha256(self._file).hexdigest()
-        return {"kind": "bpe", "file": BPE_FILE, "sha256": sha, "learned": len(self.ranks), "trainer": self.trainer}
+        return {"kind": "bpe", "file": BPE_FILE, "sha256": sha, "learned": len(self.ranks),
+                "trainer": self.trainer}
 
     @classmethod
     def load(cls, folder, tok, hint):
@@ -173,16 +176,18 @@ class BpeTokenizer(TiktokenTokenizer):
             ranks = {base64.b64decode(t): i for i, t in enumerate(content["tokens"])}
             return cls(ranks, content["pattern"], tok.get("trainer"))
         except (OSError, ValueError, KeyError, TypeError):
-            again = hint if "--tokenizer=bpe" in hint else f"{hint} --tokenizer=bpe --vocab_size={tok.get('learned')}"
-            raise UserError(f"{path} (the vocabulary this dataset was encoded with) is missing or damaged; "
-                            f"prepare the dataset again: {again}") from None
+            again = (hint if "--tokenizer=bpe" in hint
+                     else f"{hint} --tokenizer=bpe --vocab_size={tok.get('learned')}")
+            raise UserError(f"{path} (the vocabulary this dataset was encoded with) is missing or "
+                            f"damaged; prepare the dataset again: {again}") from None
 
 
 def check_bpe_size(vocab_size):
     """N counts the 256 byte tokens and every merge; the start token (id N) must fit uint16."""
     if not 256 < vocab_size <= MAX_ID:
-        raise UserError(f"--vocab_size must be 257..{MAX_ID} with --tokenizer=bpe (256 byte tokens, at least one "
-                        f"merge, and the start token on top must fit the uint16 token files), got {vocab_size}")
+        raise UserError(f"--vocab_size must be 257..{MAX_ID} with --tokenizer=bpe (256 byte "
+                        "tokens, at least one merge, and the start token on top must fit the "
+                        f"uint16 token files), got {vocab_size}")
 
 
 def train_bpe(texts, vocab_size):
@@ -192,14 +197,17 @@ def train_bpe(texts, vocab_size):
     try:
         import rustbpe
     except ImportError:
-        raise UserError("--tokenizer=bpe needs rustbpe: pip install rustbpe (or use --tokenizer=char)") from None
+        raise UserError("--tokenizer=bpe needs rustbpe: pip install rustbpe "
+                        "(or use --tokenizer=char)") from None
     trainer = rustbpe.Tokenizer()
     trainer.train_from_iterator(iter(texts), vocab_size)
     ranks = dict(trainer.get_mergeable_ranks())
     if len(ranks) < vocab_size:  # rustbpe stops early when no pair is left to merge
-        raise UserError(f"the training text runs out of pairs to merge at {len(ranks)} tokens, short of "
-                        f"--vocab_size={vocab_size}; give more text or a vocab_size of at most {len(ranks)}")
-    return BpeTokenizer(ranks, trainer.get_pattern(), trainer=f"rustbpe {metadata.version('rustbpe')}")
+        raise UserError(f"the training text runs out of pairs to merge at {len(ranks)} tokens, "
+                        f"short of --vocab_size={vocab_size}; give more text or a vocab_size of at "
+                        f"most {len(ranks)}")
+    return BpeTokenizer(ranks, trainer.get_pattern(),
+                        trainer=f"rustbpe {metadata.version('rustbpe')}")
 
 
 def gpt2_encoding():
@@ -208,8 +216,9 @@ def gpt2_encoding():
         import tiktoken
         return tiktoken.get_encoding("gpt2")
     except Exception as e:
-        raise UserError(f"could not load tiktoken's GPT-2 encoding ({type(e).__name__}; it is downloaded "
-                        "on first use and needs internet once); use --tokenizer=char instead") from None
+        raise UserError(f"could not load tiktoken's GPT-2 encoding ({type(e).__name__}; it is "
+                        "downloaded on first use and needs internet once); use --tokenizer=char "
+                        "instead") from None
 
 
 def tokenizer_from_meta(meta, folder, hint="its prepare.py"):
@@ -220,7 +229,8 @@ def tokenizer_from_meta(meta, folder, hint="its prepare.py"):
     if tok["kind"] == "bpe":
         return BpeTokenizer.load(folder, tok, hint)
     if tok["name"] != "gpt2":
-        raise UserError(f"this dataset was encoded with tiktoken encoding {tok['name']!r}, which cannot be rebuilt here")
+        raise UserError(f"this dataset was encoded with tiktoken encoding {tok['name']!r}, which "
+                        "cannot be rebuilt here")
     return TiktokenTokenizer(gpt2_encoding())
 
 
@@ -232,8 +242,8 @@ def read_text(path):
     try:
         return Path(path).read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise UserError(f"{path} is not UTF-8 text (byte {e.start}); convert it (e.g. iconv -t utf-8) "
-                        "or leave it out") from None
+        raise UserError(f"{path} is not UTF-8 text (byte {e.start}); convert it "
+                        "(e.g. iconv -t utf-8) or leave it out") from None
     except OSError as e:
         raise UserError(f"cannot read {path}: {e.strerror}") from None
 
@@ -273,18 +283,19 @@ def write_dataset(out_dir, train_docs, val_docs, tokenizer, source):
     meta["vocab_size"] = vocab_size
     meta["bos_id"] = tokenizer.bos_id
     meta["sha256"] = sha.hexdigest()
-    files["meta.json"] = (json.dumps(meta, indent=1) + "\n").encode()  # last: dicts keep their order
+    files["meta.json"] = (json.dumps(meta, indent=1) + "\n").encode()  # last: dicts keep order
     out_dir.mkdir(parents=True, exist_ok=True)
     for fn, data in files.items():
         tmp = out_dir / f"{fn}.tmp{os.getpid()}"
         tmp.write_bytes(data)
         os.replace(tmp, out_dir / fn)
     tr, va = meta["splits"]["train"], meta["splits"]["val"]
-    print(f"wrote {out_dir}: vocab {vocab_size}, train {tr['tokens']:,} tokens in {tr['documents']} docs, "
-          f"val {va['tokens']:,} tokens in {va['documents']} docs")
+    print(f"wrote {out_dir}: vocab {vocab_size}, train {tr['tokens']:,} tokens in "
+          f"{tr['documents']} docs, val {va['tokens']:,} tokens in {va['documents']} docs")
     print("evaluation windows the val split gives (evaluate.py scores up to 64 per length): "
           + "; ".join(f"L = {L}: {eval_windows(va['doc_names'], va['doc_lengths'], L)} at L, "
-                      f"{eval_windows(va['doc_names'], va['doc_lengths'], 8 * L)} at 8L" for L in (128, 512)))
+                      f"{eval_windows(va['doc_names'], va['doc_lengths'], 8 * L)} at 8L"
+                      for L in (128, 512)))
     return meta
 
 
@@ -308,8 +319,8 @@ def val_documents(names, starts, lengths):
     if len(names) != 1:
         return list(names), list(starts), list(lengths)
     half = lengths[0] // 2
-    return ([f"{names[0]} (first half)", f"{names[0]} (second half)"], [starts[0], starts[0] + half],
-            [half, lengths[0] - half])
+    return ([f"{names[0]} (first half)", f"{names[0]} (second half)"],
+            [starts[0], starts[0] + half], [half, lengths[0] - half])
 
 
 def eval_windows(doc_names, doc_lengths, length):
@@ -341,37 +352,43 @@ class Dataset:
     def __init__(self, name, bos=False):
         self.dir = dataset_dir(name)
         meta_path = self.dir / "meta.json"
-        base, bpe = re.fullmatch(r"(.+?)(?:_bpe(\d+))?", name).groups()  # NAME_bpeN: prepare.py --tokenizer=bpe
-        self.prepare_hint = (f"python data/{base}/prepare.py" + (f" --tokenizer=bpe --vocab_size={bpe}" if bpe else "")
+        # NAME_bpeN: prepared by data/NAME/prepare.py --tokenizer=bpe --vocab_size=N
+        base, bpe = re.fullmatch(r"(.+?)(?:_bpe(\d+))?", name).groups()
+        self.prepare_hint = (f"python data/{base}/prepare.py"
+                             + (f" --tokenizer=bpe --vocab_size={bpe}" if bpe else "")
                              if (DATA_DIR / base / "prepare.py").exists()
                              else f"python data/text/prepare.py --input=PATH --name={name}")
         if not meta_path.exists():
-            raise UserError(f"dataset {name!r} is not prepared ({meta_path} missing); run: {self.prepare_hint}")
+            raise UserError(f"dataset {name!r} is not prepared ({meta_path} missing); "
+                            f"run: {self.prepare_hint}")
         try:
             with open(meta_path, encoding="utf-8") as f:
                 self.meta = json.load(f)
             self.vocab_size = self.meta["vocab_size"]
-            if not {"train", "val"} <= set(self.meta["splits"]) or "kind" not in self.meta["tokenizer"]:
+            if (not {"train", "val"} <= set(self.meta["splits"])
+                    or "kind" not in self.meta["tokenizer"]):
                 raise KeyError("splits")
         except (ValueError, KeyError, TypeError):
-            raise UserError(f"{meta_path} is damaged; prepare the dataset again: {self.prepare_hint}") from None
+            raise UserError(f"{meta_path} is damaged; prepare the dataset again: "
+                            f"{self.prepare_hint}") from None
         self.name = name
         self.bos_id = self.meta.get("bos_id")
         if self.bos_id is None:
-            raise UserError(f"dataset {name!r} was prepared before the start token existed; prepare it again "
-                            f"({self.prepare_hint})")
+            raise UserError(f"dataset {name!r} was prepared before the start token existed; "
+                            f"prepare it again ({self.prepare_hint})")
         self.bos = bool(bos)
         self.tokens = {}
         for split in ("train", "val"):
             path = self.dir / f"{split}.bin"
             n = self.meta["splits"][split]["tokens"]
             if not path.exists() or path.stat().st_size != 2 * n:
-                raise UserError(f"{path} is missing or does not match meta.json; prepare the dataset again")
+                raise UserError(f"{path} is missing or does not match meta.json; "
+                                "prepare the dataset again")
             if n < 2:
                 raise UserError(f"{path} holds fewer than 2 tokens; give more text")
             self.tokens[split] = np.memmap(path, dtype=np.uint16, mode="r")
         self._tokenizer = self._token_bytes = None
-        if self.meta["tokenizer"].get("kind") == "bpe":  # check its vocabulary file now, not mid-run
+        if self.meta["tokenizer"].get("kind") == "bpe":  # check its vocabulary now, not mid-run
             self.tokenizer  # noqa: B018
 
     @classmethod
@@ -385,13 +402,14 @@ class Dataset:
             raise UserError("the checkpoint does not record its dataset; pass --dataset=NAME")
         ds = cls(name, bos=model_config.bos)
         if ds.vocab_size != model_config.vocab_size:
-            raise UserError(f"dataset {name!r} has {ds.vocab_size} token ids, the checkpoint {model_config.vocab_size}; "
-                            "use the dataset it was trained on (--dataset=NAME)")
+            raise UserError(f"dataset {name!r} has {ds.vocab_size} token ids, the checkpoint "
+                            f"{model_config.vocab_size}; use the dataset it was trained on "
+                            "(--dataset=NAME)")
         sha, ours = recorded.get("sha256"), ds.meta.get("sha256")
         if sha and ours and sha != ours:
-            raise UserError(f"dataset {name!r} holds other text than the checkpoint was trained on (sha256 "
-                            f"{ours[:12]} vs {sha[:12]}); prepare it as it was (same corpus and Python version) "
-                            "or retrain")
+            raise UserError(f"dataset {name!r} holds other text than the checkpoint was trained "
+                            f"on (sha256 {ours[:12]} vs {sha[:12]}); prepare it as it was (same "
+                            "corpus and Python version) or retrain")
         return ds
 
     @property
@@ -445,7 +463,8 @@ class Dataset:
             names, starts, lengths = val_documents(names, starts, lengths)
         return names, np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64)
 
-    def get_batch(self, split, batch_size, block_size, generator, device="cpu", within_documents=False):
+    def get_batch(self, split, batch_size, block_size, generator, device="cpu",
+                  within_documents=False):
         """Random rows of block_size positions anywhere in the split (nanoGPT's sampler): inputs
         x (B, block_size), targets y (B, block_size) = x shifted by one; x[:, 0] is the start
         token in bos mode. within_documents=True: every row inside one document, as the
@@ -453,15 +472,19 @@ class Dataset:
         import torch
         data = self.tokens[split]
         if len(data) <= block_size + 1:
-            raise UserError(f"the {split} split ({len(data)} tokens) is shorter than block_size+1={block_size + 1}")
+            raise UserError(f"the {split} split ({len(data)} tokens) is shorter than "
+                            f"block_size+1={block_size + 1}")
         if within_documents:
             ix = self._starts_within_documents(split, batch_size, block_size + 1, generator)
         else:
-            ix = torch.randint(len(data) - block_size - 1, (batch_size,), generator=generator).tolist()
-        xy = self._with_bos(torch.from_numpy(np.stack([data[i:i + block_size + 1].astype(np.int64) for i in ix])))
+            ix = torch.randint(len(data) - block_size - 1, (batch_size,),
+                               generator=generator).tolist()
+        rows = [data[i:i + block_size + 1].astype(np.int64) for i in ix]
+        xy = self._with_bos(torch.from_numpy(np.stack(rows)))
         x, y = xy[:, :-1], xy[:, 1:]
         if str(device).startswith("cuda"):
-            return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+            return (x.pin_memory().to(device, non_blocking=True),
+                    y.pin_memory().to(device, non_blocking=True))
         return x.to(device), y.to(device)
 
     def _starts_within_documents(self, split, count, n, generator):
@@ -492,16 +515,17 @@ class Dataset:
         if len(doc) == 0:
             i = int(lengths.argmax())
             if (lengths - 1 >= length).sum() == 0:
-                raise UserError(f"no {split} document holds {length + 1} tokens: the longest is {names[i]!r} "
-                                f"with {lengths[i]} tokens, so the longest length available is {lengths[i] - 1}")
-            raise UserError(f"no {subset} document of the {split} split holds {length + 1} tokens (the search and "
-                            f"eval subsets have documents of their own; longest: {lengths[i]} tokens); use a "
-                            "shorter length")
+                raise UserError(f"no {split} document holds {length + 1} tokens: the longest is "
+                                f"{names[i]!r} with {lengths[i]} tokens, so the longest length "
+                                f"available is {lengths[i] - 1}")
+            raise UserError(f"no {subset} document of the {split} split holds {length + 1} tokens "
+                            "(the search and eval subsets have documents of their own; longest: "
+                            f"{lengths[i]} tokens); use a shorter length")
         rng = np.random.default_rng(seed)
         pick = np.sort(rng.choice(len(doc), size=min(count, len(doc)), replace=False))
         if len(pick) < count:
-            print(f"note: only {len(pick)} {subset} windows of {length} positions fit in the {split} split "
-                  f"({count} asked); results record the count", flush=True)
+            print(f"note: only {len(pick)} {subset} windows of {length} positions fit in the "
+                  f"{split} split ({count} asked); results record the count", flush=True)
         return starts[doc[pick]] + slot[pick] * length
 
     def windows(self, length, count, seed=1234, split="val", subset="all"):
@@ -516,4 +540,5 @@ class Dataset:
         import torch
         offsets = self.window_offsets(length, count, seed, split, subset)
         data = self.tokens[split]
-        return self._with_bos(torch.from_numpy(np.stack([data[o:o + length + 1].astype(np.int64) for o in offsets])))
+        rows = [data[o:o + length + 1].astype(np.int64) for o in offsets]
+        return self._with_bos(torch.from_numpy(np.stack(rows)))

@@ -16,7 +16,8 @@ import torch
 
 from tools.cli import UserError
 
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
+          "There and back again. ")
 KEY_SENTENCE = "The pass key is {key}. Remember it. {key} is the pass key. "
 QUESTION = "What is the pass key? The pass key is"
 
@@ -27,19 +28,22 @@ class Passkey:
 
     def __init__(self, tokenizer, bos_id=None):
         self.tok = tokenizer
-        self.head = np.array([] if bos_id is None else [bos_id], dtype=np.int64)  # what every sequence starts with
+        # what every sequence starts with
+        self.head = np.array([] if bos_id is None else [bos_id], dtype=np.int64)
         for text in (FILLER, KEY_SENTENCE.format(key="0123456789"), QUESTION):
             try:
                 spelled = tokenizer.decode(tokenizer.encode(text)) == text
             except UserError:  # a character outside the vocabulary
                 spelled = False
             if not spelled:
-                raise UserError("this dataset's tokenizer cannot spell the passkey template (digits or letters "
-                                "missing from its vocabulary); use a dataset such as pystdlib or shakespeare_char")
+                raise UserError("this dataset's tokenizer cannot spell the passkey template "
+                                "(digits or letters missing from its vocabulary); use a dataset "
+                                "such as pystdlib or shakespeare_char")
         sentences = [np.asarray(tokenizer.encode(x.strip() + " "), dtype=np.int64)
                      for x in FILLER.replace(". ", ".|").split("|") if x.strip()]
         self.filler = np.concatenate(sentences)
-        self.starts = np.cumsum([0] + [len(x) for x in sentences[:-1]])  # sentence starts in one period
+        # where each sentence starts in one period of the filler
+        self.starts = np.cumsum([0] + [len(x) for x in sentences[:-1]])
         self.question = np.asarray(tokenizer.encode(QUESTION), dtype=np.int64)
 
     def answer(self, key):
@@ -65,22 +69,26 @@ class Passkey:
         n_fill = length - len(self.head) - len(key_ids) - len(self.question)
         if n_fill < 0:
             raise UserError(f"length {length} is shorter than the passkey template "
-                            f"({len(self.head) + len(key_ids) + len(self.question)} tokens); use a longer length")
+                            f"({len(self.head) + len(key_ids) + len(self.question)} tokens); "
+                            "use a longer length")
         fill = np.resize(self.filler, n_fill)  # the sentences repeated, cut to size
         period = len(self.filler)
         starts = (np.arange(n_fill // period + 1)[:, None] * period + self.starts).ravel()
         starts = starts[starts <= n_fill]
-        cut = int(starts[np.abs(starts - depth * n_fill).argmin()])  # the key goes between two sentences
+        # the key goes between two sentences
+        cut = int(starts[np.abs(starts - depth * n_fill).argmin()])
         return np.concatenate([self.head, fill[:cut], key_ids, fill[cut:], self.question])
 
     def training_rows(self, count, length, generator):
         """`count` sequences of `length` tokens, each a prompt and its answer, then filler up to
-        `length` (the start token first, if any), with random keys, depths and prompt lengths drawn from the torch generator (so
-        training stays reproducible), and a (count, length) bool mask of the answer tokens.
+        `length` (the start token first, if any), with random keys, depths and prompt lengths
+        drawn from the torch generator (so training stays reproducible), and a (count, length)
+        bool mask of the answer tokens.
         The prompt length varies so that the answer's position does: a model with positions
         (RoPE) otherwise learns to answer only at the one position it was trained at."""
         if length < self.shortest():
-            raise UserError(f"rows of {length} tokens cannot hold a passkey example ({self.shortest()} tokens)")
+            raise UserError(f"rows of {length} tokens cannot hold a passkey example "
+                            f"({self.shortest()} tokens)")
         rows, masks = [], []
         for _ in range(count):
             while True:  # with a subword vocabulary a key's token count varies: draw one that fits
@@ -91,7 +99,8 @@ class Passkey:
                     break
             depth = float(torch.rand(1, generator=generator)) * 0.999
             n = int(torch.randint(shortest, length - len(ans) + 1, (1,), generator=generator))
-            row = np.concatenate([self.prompt(n, depth, key), ans, np.resize(self.filler, length - n - len(ans))])
+            row = np.concatenate([self.prompt(n, depth, key), ans,
+                                  np.resize(self.filler, length - n - len(ans))])
             rows.append(row)
             masks.append((np.arange(length) >= n) & (np.arange(length) < n + len(ans)))
         return torch.from_numpy(np.stack(rows)), torch.from_numpy(np.stack(masks))

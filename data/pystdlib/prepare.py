@@ -101,7 +101,8 @@ def write_archive(docs, path):
             tar.addfile(info, io.BytesIO(data))
     Path(path).write_bytes(buf.getvalue())
     print(
-        f"wrote {path}: {len(docs)} files, {sum(len(t) for t in docs.values()) / 1e6:.2f} M characters, "
+        f"wrote {path}: {len(docs)} files, "
+        f"{sum(len(t) for t in docs.values()) / 1e6:.2f} M characters, "
         f"{len(buf.getvalue()) / 1e6:.2f} MB"
     )
 

@@ -21,7 +21,7 @@ URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshake
 
 @dataclass
 class PrepareConfig:
-    input: str = ""             # a local copy of input.txt ('' = download it to data/shakespeare_char/)
+    input: str = ""             # a copy of input.txt ('' = download it to data/shakespeare_char/)
     out_dir: str = ""           # where to write ('' = data/shakespeare_char)
     val_fraction: float = 0.1   # the last part of the text held out for validation
 
@@ -38,15 +38,16 @@ def main():
             with urllib.request.urlopen(URL, timeout=30) as r:
                 text = r.read().decode("utf-8")
         except Exception as e:
-            raise UserError(f"could not download tiny Shakespeare ({type(e).__name__}); offline, pass "
-                            "--input=PATH to a copy of input.txt") from None
+            raise UserError(f"could not download tiny Shakespeare ({type(e).__name__}); offline, "
+                            "pass --input=PATH to a copy of input.txt") from None
         path.write_text(text, encoding="utf-8")
     text = read_text(path)
     if not 0 < cfg.val_fraction < 1:
         raise UserError(f"--val_fraction must be between 0 and 1, got {cfg.val_fraction}")
     n = int(len(text) * (1 - cfg.val_fraction))
     write_dataset(cfg.out_dir or here, [("train", text[:n])], [("val", text[n:])],
-                  CharTokenizer.from_texts([text]), {"corpus": "shakespeare_char", "input": str(path)})
+                  CharTokenizer.from_texts([text]),
+                  {"corpus": "shakespeare_char", "input": str(path)})
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 Your own text: a UTF-8 file or a folder of files, at character level, with a BPE vocabulary
 learned on its training split, or with GPT-2's BPE.
 
-    python data/text/prepare.py --input=PATH --name=NAME [--tokenizer=char|bpe|gpt2] [--vocab_size=N]
+    python data/text/prepare.py --input=PATH --name=NAME [--tokenizer=char|bpe|gpt2]
+                                [--vocab_size=N]
 
 writes data/NAME/, then every script takes --dataset=NAME. A folder is read recursively
 (hidden files skipped); its files are split whole into train and val by a hash of their
@@ -28,8 +29,8 @@ class PrepareConfig:
     input: str = ""             # a UTF-8 text file or a folder of them (required)
     name: str = ""              # dataset name: writes data/NAME/ (required unless --out_dir)
     out_dir: str = ""           # where to write instead of data/NAME
-    tokenizer: str = "char"     # char | bpe (learned on the training text) | gpt2 (tiktoken's GPT-2 BPE)
-    vocab_size: int = 0         # with bpe: ids to learn, the 256 bytes included (the start token comes on top)
+    tokenizer: str = "char"     # char | bpe (learned on the training text) | gpt2 (GPT-2's BPE)
+    vocab_size: int = 0         # with bpe: ids to learn, 256 bytes included (start token on top)
     ext: str = ""               # in a folder, only files ending with this (e.g. .txt; '' = all)
     val_fraction: float = 0.1   # share of text (one file) or of files (a folder) held out
 
@@ -62,7 +63,8 @@ def prepare(cfg, tokenizer=None):
         raise UserError(f"--input={cfg.input} does not exist")
     docs = [(n, t) for n, t in read_docs(path, cfg.ext) if t]
     if not docs:
-        raise UserError(f"no text found in {path}" + (f" (files ending {cfg.ext})" if cfg.ext else ""))
+        raise UserError(f"no text found in {path}"
+                        + (f" (files ending {cfg.ext})" if cfg.ext else ""))
     if len(docs) == 1:  # one document: split by position
         name, text = docs[0]
         n = int(len(text) * (1 - cfg.val_fraction))
@@ -75,11 +77,13 @@ def prepare(cfg, tokenizer=None):
         if cfg.tokenizer == "char":
             tokenizer = CharTokenizer.from_texts(t for _, t in docs)
         elif cfg.tokenizer == "bpe":
-            tokenizer = train_bpe((t for _, t in train), cfg.vocab_size)  # merges from the training text alone
+            # merges from the training text alone
+            tokenizer = train_bpe((t for _, t in train), cfg.vocab_size)
         else:
             tokenizer = TiktokenTokenizer(gpt2_encoding())
     out = Path(cfg.out_dir) if cfg.out_dir else DATA_DIR / cfg.name
-    return write_dataset(out, train, val, tokenizer, {"corpus": "text", "input": str(path.resolve())})
+    return write_dataset(out, train, val, tokenizer,
+                         {"corpus": "text", "input": str(path.resolve())})
 
 
 if __name__ == "__main__":
