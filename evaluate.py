@@ -3,12 +3,12 @@ Measure checkpoints past their training length L: the study's one measurement, d
 
     python evaluate.py --ckpts=nope=out/nope/ckpt.pt,rope=out/rope/ckpt.pt --out_dir=out/eval
     python evaluate.py --ckpts=nope_window_L=out/nope/ckpt.pt --context=128 --out_dir=out/eval
-    python tools/plot.py --eval_dir=out/eval --search_dir=out/nope/scales    # the figures, from the files
+    python tools/plot.py --eval_dir=out/eval --search_dir=out/nope/scales  # figures from the files
 
 For each checkpoint and each length n (default L, 1.5L, 2L, 3L, 4L, 8L, 16L), on the same
 fixed, seeded validation windows (each inside one document, none overlapping, from the "eval"
-documents that neither the scale search nor train.py's monitor reads; a model trained with the start token reads it at
-position 0, and every model scores the same target tokens):
+documents that neither the scale search nor train.py's monitor reads; a model trained with the
+start token reads it at position 0, and every model scores the same target tokens):
   - loss: the plain mean over every position of the windows (nats per token)
   - tail_loss: the paper's metric, only the last `tail` tokens of each n-token window scored
     (the paper: 256 of 2048, here L/8 by default), i.e. tokens that see ~n tokens of context
@@ -34,8 +34,8 @@ import torch
 
 from data import Dataset
 from model import load_checkpoint
-from tools.cli import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config, pick_device, pick_dtype,
-                       read_json, run_main, write_csv, write_json)
+from tools.cli import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config,
+                       pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 
 # What a measurement means. Bump it when that changes (the start token, the windows, the
 # metrics): evaluate.py refuses to merge results of another version, and reproduce.py reruns
@@ -47,20 +47,25 @@ PROTOCOL = 3
 
 @dataclass
 class EvalConfig:
-    ckpts: list[str] = field(default_factory=lambda: ["nope=out/nope/ckpt.pt"])  # NAME=PATH, comma-separated
+    ckpts: list[str] = field(  # NAME=PATH, comma-separated
+        default_factory=lambda: ["nope=out/nope/ckpt.pt"])
     out_dir: str = "out/eval"           # results folder (results.json is merged, not replaced)
-    dataset: str = ""                   # '' = the dataset each checkpoint was trained on (all the same)
-    lengths: list[float] = field(default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0])  # units of L
+    dataset: str = ""                   # '' = the one dataset the checkpoints were trained on
+    lengths: list[float] = field(  # units of L
+        default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0])
     windows: int = 64                   # windows per length (fixed, seeded, inside documents)
-    tail: int = 0                       # tokens scored by the tail metric (0 = L/8, the paper's 256/2048)
-    context: int = 0                    # context limit W: each token reads only its last W positions, the
-                                        # start token among them (0 = all)
-    context_mode: str = "recompute"     # recompute (sub-windows of W tokens: exact) | mask (sliding-window mask)
-    rope_scaling: str = ""              # RoPE checkpoints, zero-shot: pi | ntk | yarn ('' = as trained)
-    rope_factors: str = ""              # rope_factors.json of search_scales.py: best factor per length
-                                        # ('' or a length not in it: factor n / L)
-    entropy: bool = True                # attention entropy at the longest length (explicit path, same windows)
-    entropy_rows: list[str] = field(default_factory=list)  # with entropy: only these of --ckpts' names ('' = all)
+    tail: int = 0                       # tail metric's tokens (0 = L/8, the paper's 256/2048)
+    context: int = 0                    # context limit W: each token reads only its last W
+                                        # positions, the start token among them (0 = all)
+    context_mode: str = "recompute"     # recompute (sub-windows of W tokens: exact) | mask
+                                        # (sliding-window mask)
+    rope_scaling: str = ""              # RoPE, zero-shot: pi | ntk | yarn ('' = as trained)
+    rope_factors: str = ""              # rope_factors.json: search_scales.py's best factors
+                                        # per length ('' or a length not in it: factor n / L)
+    entropy: bool = True                # attention entropy at the longest length
+                                        # (explicit path, same windows)
+    entropy_rows: list[str] = field(  # with entropy: only these of --ckpts' names ('' = all)
+        default_factory=list)
     bin: int = 0                        # position bin width for curves (0 = L/16)
     samples: bool = True                # generate a text sample per model from a 3L-token prompt
     sample_tokens: int = 200            # tokens generated per sample
@@ -68,7 +73,8 @@ class EvalConfig:
     chunk: int = 256                    # queries per chunk on the explicit (entropy) path
     seed: int = 1234                    # windows and samples
     device: str = "auto"                # auto | cpu | cuda | mps
-    dtype: str = "auto"                 # auto (CUDA: bf16 where native, else fp16) | float32 | bfloat16 | float16
+    dtype: str = "auto"                 # auto | float32 | bfloat16 | float16
+                                        # (auto on CUDA: bf16 where native, else fp16)
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
 
@@ -107,11 +113,13 @@ def _losses(model, x, y, ctx, mask_window, entropy, chunk):
     to (B, n_layer, n_head, T)."""
     ent = [] if entropy else None
     with ctx:
-        _, loss = model(x, y, window=mask_window, explicit=entropy, entropy=ent, chunk=chunk, reduction="none")
+        _, loss = model(x, y, window=mask_window, explicit=entropy, entropy=ent, chunk=chunk,
+                        reduction="none")
     return loss.float(), (torch.stack(ent, dim=1) if entropy else None)
 
 
-def last_L_losses(model, x, y, context, batch_size, ctx=contextlib.nullcontext(), entropy=False, chunk=256):
+def last_L_losses(model, x, y, context, batch_size, ctx=contextlib.nullcontext(), entropy=False,
+                  chunk=256):
     """Piece T6: the honest reference, the model reading only its last `context` (= L) positions.
 
         loss_i = -log p(y_i | the last ~L tokens before it)     (a fresh pass per sub-window)
@@ -129,17 +137,19 @@ def last_L_losses(model, x, y, context, batch_size, ctx=contextlib.nullcontext()
     loss, ent = _losses(model, x[:, :context], y[:, :context], ctx, None, entropy, chunk)
     losses, ents = [loss], [ent]
     s = max(1, context // 8)
-    ends = [min(c + s, T) for c in range(context, T, s)]      # each sub-window ends here (exclusive)
+    ends = [min(c + s, T) for c in range(context, T, s)]  # each sub-window ends here (exclusive)
     starts = [e - context for e in ends]
+    # xs, ys: the sub-windows stacked, (B * K, context), sub-window-major
     if getattr(model.config, "bos", False):  # [start token, last context - 1 tokens]
         xs = torch.cat([torch.cat([x[:, :1], x[:, a + 1:e]], 1) for a, e in zip(starts, ends)])
     else:
-        xs = torch.cat([x[:, a:e] for a, e in zip(starts, ends)])  # (B * K, context), sub-window-major
+        xs = torch.cat([x[:, a:e] for a, e in zip(starts, ends)])
     ys = torch.cat([y[:, a:e] for a, e in zip(starts, ends)])
     parts = [_losses(model, xs[i:i + batch_size], ys[i:i + batch_size], ctx, None, entropy, chunk)
              for i in range(0, xs.size(0), batch_size)]
     sub_loss = torch.cat([p[0] for p in parts]).view(len(ends), B, context)
-    sub_ent = torch.cat([p[1] for p in parts]).view(len(ends), B, *parts[0][1].shape[1:]) if entropy else None
+    sub_ent = (torch.cat([p[1] for p in parts]).view(len(ends), B, *parts[0][1].shape[1:])
+               if entropy else None)
     prev = context
     for k, e in enumerate(ends):  # keep the positions prev..e-1, the tail of sub-window k
         losses.append(sub_loss[k][:, context - (e - prev):])
@@ -150,8 +160,8 @@ def last_L_losses(model, x, y, context, batch_size, ctx=contextlib.nullcontext()
 
 
 @torch.no_grad()
-def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=None, context_mode="recompute",
-            entropy=False, chunk=256):
+def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=None,
+            context_mode="recompute", entropy=False, chunk=256):
     """Run model over windows (k, n+1) tokens: inputs are the first n, targets the last n.
     context: each token reads at most its last `context` positions (with the start token:
     the token and the last context - 1 positions), by recomputation over
@@ -173,12 +183,14 @@ def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=No
         if context and context < n and context_mode == "recompute":
             loss, ent = last_L_losses(model, x, y, context, batch_size, ctx, entropy, chunk)
         else:
-            loss, ent = _losses(model, x, y, ctx, context if context_mode == "mask" else None, entropy, chunk)
+            mask_window = context if context_mode == "mask" else None
+            loss, ent = _losses(model, x, y, ctx, mask_window, entropy, chunk)
         loss_sum += loss.sum(0)                                    # (n,)
         if entropy:
             e = ent.float().sum(0)                                 # (n_layer, n_head, n)
             ent_sum = e if ent_sum is None else ent_sum + e
-    out = {"loss": (loss_sum / k).cpu().numpy().astype("float64"), "tokens": k * n, "windows": k, "entropy": None}
+    out = {"loss": (loss_sum / k).cpu().numpy().astype("float64"), "tokens": k * n, "windows": k,
+           "entropy": None}
     if entropy:
         out["entropy"] = (ent_sum / k).cpu().numpy().astype("float64")
     return out
@@ -204,7 +216,8 @@ def length_list(multiples, train_len):
 
 
 def length_name(k):
-    """2.0 -> '2L', 1.5 -> '1.5L': a length in units of L, as file names and results.json name it."""
+    """2.0 -> '2L', 1.5 -> '1.5L': a length in units of L, as file names and results.json
+    name it."""
     return f"{k:g}L"
 
 
@@ -245,9 +258,10 @@ def evaluate_model(name, model, ds, cfg, L, ctx, dtype):
     window = cfg.context or None
     width = cfg.bin or max(1, L // 16)
     res = {"context": window, "context_mode": cfg.context_mode if window else None, "bos": ds.bos,
-           "lengths": [], "loss": [], "bpb": [], "tail_loss": [], "tokens": [], "tail_tokens": [], "windows": [],
-           "scales": scales_of(model), "slopes": slopes_of(model), "pos_encoding": model.config.pos_encoding,
-           "arch": arch_of(model.config), "temp": model.config.nope_temp or None, "dtype": dtype}
+           "lengths": [], "loss": [], "bpb": [], "tail_loss": [], "tokens": [], "tail_tokens": [],
+           "windows": [], "scales": scales_of(model), "slopes": slopes_of(model),
+           "pos_encoding": model.config.pos_encoding, "arch": arch_of(model.config),
+           "temp": model.config.nope_temp or None, "dtype": dtype}
     factors = []
     for n in lengths:
         t0 = time.time()
@@ -256,12 +270,14 @@ def evaluate_model(name, model, ds, cfg, L, ctx, dtype):
         longest = n == lengths[-1]
         # the longest length also gives the per-position curve and, on the explicit path in the
         # same pass, the attention entropy: loss and entropy from the same windows
-        m = measure(model, windows, cfg.batch_size, ctx, context=window, context_mode=cfg.context_mode,
-                    entropy=cfg.entropy and longest and (not cfg.entropy_rows or name in cfg.entropy_rows),
-                    chunk=cfg.chunk)
+        with_entropy = (cfg.entropy and longest
+                        and (not cfg.entropy_rows or name in cfg.entropy_rows))
+        m = measure(model, windows, cfg.batch_size, ctx, context=window,
+                    context_mode=cfg.context_mode, entropy=with_entropy, chunk=cfg.chunk)
         res["lengths"].append(n)
         res["loss"].append(round(float(m["loss"].mean()), 5))
-        res["bpb"].append(round(ds.bits_per_byte(m["loss"].mean(), windows), 5))  # compares tokenizers
+        # bits per byte: compares tokenizers
+        res["bpb"].append(round(ds.bits_per_byte(m["loss"].mean(), windows), 5))
         res["tail_loss"].append(round(float(m["loss"][-tail:].mean()), 5))
         res["tokens"].append(m["tokens"])
         res["tail_tokens"].append(m["windows"] * tail)
@@ -273,16 +289,18 @@ def evaluate_model(name, model, ds, cfg, L, ctx, dtype):
     if cfg.rope_scaling:
         res["scales"] = factors  # the extension factor at each length
     centers, values = binned(m["loss"], width)
-    positions = {"length": lengths[-1], "bin": width, "windows": m["windows"], "positions": centers.tolist(),
-                 "loss": np.round(values, 5).tolist(),
-                 "loss_per_position": np.round(m["loss"], 4).tolist()}  # unbinned: position i = index + 1
+    positions = {"length": lengths[-1], "bin": width, "windows": m["windows"],
+                 "positions": centers.tolist(), "loss": np.round(values, 5).tolist(),
+                 # unbinned: position i = index + 1
+                 "loss_per_position": np.round(m["loss"], 4).tolist()}
     entropy = None
     if m["entropy"] is not None:
         centers, ent = binned(m["entropy"], width)  # (n_layer, n_head, bins)
-        entropy = {"length": lengths[-1], "bin": width, "windows": m["windows"], "positions": centers.tolist(),
-                   "entropy_bits": np.round(ent, 4).tolist(),
-                   # what attending evenly gives, log2 i, averaged over each bin as the entropy is
-                   "bound_bits": binned(np.log2(np.arange(1, lengths[-1] + 1)), width)[1].round(4).tolist(),
+        # what attending evenly gives, log2 i, averaged over each bin as the entropy is
+        bound = binned(np.log2(np.arange(1, lengths[-1] + 1)), width)[1]  # (bins,)
+        entropy = {"length": lengths[-1], "bin": width, "windows": m["windows"],
+                   "positions": centers.tolist(), "entropy_bits": np.round(ent, 4).tolist(),
+                   "bound_bits": bound.round(4).tolist(),
                    # unbinned, mean over each layer's heads: (n_layer, n), position i = index + 1
                    "layer_bits_per_position": np.round(m["entropy"].mean(1), 4).tolist()}
     return res, positions, entropy
@@ -291,9 +309,11 @@ def evaluate_model(name, model, ds, cfg, L, ctx, dtype):
 def sample(model, ds, cfg, L, device):
     """Continue a 3L-token validation prompt, so the model writes well past L."""
     set_length(model, cfg, 4 * L, L)
-    prompt = ds.windows(3 * L, 1, seed=cfg.seed + 2, subset="eval")[:, :3 * L].to(device)  # starts with bos
+    # the prompt starts with bos
+    prompt = ds.windows(3 * L, 1, seed=cfg.seed + 2, subset="eval")[:, :3 * L].to(device)
     g = torch.Generator(device=device).manual_seed(cfg.seed)
-    out = model.generate(prompt, cfg.sample_tokens, temperature=0.8, window=cfg.context or None, generator=g)
+    out = model.generate(prompt, cfg.sample_tokens, temperature=0.8, window=cfg.context or None,
+                         generator=g)
     return ds.decode(prompt[0, -200:].tolist()), ds.decode(out[0, 3 * L:].tolist())
 
 
@@ -311,10 +331,12 @@ def reference_of(results, name):
     if m.get("context"):
         return None  # a context-limited row is a reference itself
     arch = lambda x: x.get("arch", x.get("pos_encoding"))  # noqa: E731  (files from before hybrids)
-    same_precision = lambda x: None in (x.get("dtype"), m.get("dtype")) or x.get("dtype") == m.get("dtype")  # noqa: E731
-    refs = [r for r, x in results["methods"].items() if x.get("context") == L and x.get("context_mode", "recompute") == "recompute"
-            and x.get("scales") is None and x.get("slopes") is None and not x.get("temp") and arch(x) == arch(m)
-            and x.get("bos") == m.get("bos") and same_precision(x)]
+    same_precision = lambda x: (None in (x.get("dtype"), m.get("dtype"))  # noqa: E731
+                                or x.get("dtype") == m.get("dtype"))
+    refs = [r for r, x in results["methods"].items()
+            if x.get("context") == L and x.get("context_mode", "recompute") == "recompute"
+            and x.get("scales") is None and x.get("slopes") is None and not x.get("temp")
+            and arch(x) == arch(m) and x.get("bos") == m.get("bos") and same_precision(x)]
 
     def rank(r):
         stem = r.removesuffix("_window_L")
@@ -345,26 +367,34 @@ def write_tables(out, results):
     lengths = sorted({n for m in results["methods"].values() for n in m["lengths"]})
     head = "| method | " + " | ".join(length_name(n / L) for n in lengths) + " |"
     rule = "|---|" + "---:|" * len(lengths)
-    for title, key, fmt in (("Tail-metric perplexity (the paper's protocol)", "tail_loss", lambda v: f"{math.exp(v):.2f}"),
-                            ("Mean loss over all positions (nats/token)", "loss", lambda v: f"{v:.3f}")):
+    tables = (("Tail-metric perplexity (the paper's protocol)", "tail_loss",
+               lambda v: f"{math.exp(v):.2f}"),
+              ("Mean loss over all positions (nats/token)", "loss", lambda v: f"{v:.3f}"))
+    for title, key, fmt in tables:
         lines += [f"**{title}**, L = {L}", "", head, rule]
         for name, m in results["methods"].items():
             by_n = dict(zip(m["lengths"], m[key]))
-            lines.append(f"| {name} | " + " | ".join(fmt(by_n[n]) if n in by_n else "" for n in lengths) + " |")
+            cells = [fmt(by_n[n]) if n in by_n else "" for n in lengths]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += [f"**Excess over a model of the same kind reading only its last L positions** (mean loss minus "
-              f"that of nope_window_L, rope_window_L or nope_notoken_window_L at the same length, on the same "
-              f"windows; nats/token: what the long context costs the row), L = {L}", "", head, rule]
+    lines += ["**Excess over a model of the same kind reading only its last L positions** (mean "
+              "loss minus that of nope_window_L, rope_window_L or nope_notoken_window_L at the "
+              "same length, on the same windows; nats/token: what the long context costs the "
+              f"row), L = {L}", "", head, rule]
     for name in results["methods"]:
         ex = excess(results, name)
         if ex:
-            lines.append(f"| {name} | " + " | ".join(f"{ex[n]:+.3f}" if n in ex else "" for n in lengths) + " |")
+            cells = [f"{ex[n]:+.3f}" if n in ex else "" for n in lengths]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
     for name, m in results["methods"].items():
         for i, n in enumerate(m["lengths"]):
-            rows.append([name, n, "mean", m["loss"][i], round(math.exp(m["loss"][i]), 4), m["tokens"][i]])
-            rows.append([name, n, "tail", m["tail_loss"][i], round(math.exp(m["tail_loss"][i]), 4), m["tail_tokens"][i]])
-    write_csv(os.path.join(out, "results.csv"), rows, ["method", "length", "protocol", "loss", "perplexity", "tokens"])
+            rows.append([name, n, "mean", m["loss"][i], round(math.exp(m["loss"][i]), 4),
+                         m["tokens"][i]])
+            rows.append([name, n, "tail", m["tail_loss"][i], round(math.exp(m["tail_loss"][i]), 4),
+                         m["tail_tokens"][i]])
+    write_csv(os.path.join(out, "results.csv"), rows,
+              ["method", "length", "protocol", "loss", "perplexity", "tokens"])
     table = "\n".join(lines)
     atomic_write_text(os.path.join(out, "table.md"), table)
     return table
@@ -372,8 +402,8 @@ def write_tables(out, results):
 
 # -----------------------------------------------------------------------------
 
-def main():
-    cfg = parse_config(EvalConfig, section="evaluate", description=__doc__)
+def check(cfg):
+    """The settings that need no checkpoint, checked first: a mistake is said before any work."""
     for k in ("windows", "batch_size", "chunk"):
         if getattr(cfg, k) <= 0:
             raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
@@ -384,45 +414,65 @@ def main():
     if cfg.rope_scaling not in ("", "pi", "ntk", "yarn"):
         raise UserError(f"--rope_scaling must be pi, ntk or yarn, got {cfg.rope_scaling!r}")
     if cfg.rope_factors and not os.path.exists(cfg.rope_factors):
-        raise UserError(f"--rope_factors={cfg.rope_factors} does not exist; run search_scales.py --rope_grid first")
+        raise UserError(f"--rope_factors={cfg.rope_factors} does not exist; run search_scales.py "
+                        "--rope_grid first")
+
+
+def check_models(cfg, models):
+    """One table compares like with like: one L, vocabulary and dataset. Returns L, datasets."""
+    shapes = {(m.config.block_size, m.config.vocab_size) for m, _ in models.values()}
+    if len(shapes) > 1:
+        raise UserError("these checkpoints do not share a training length and vocabulary "
+                        f"{sorted(shapes)}; evaluate them into separate --out_dir folders")
+    L = shapes.pop()[0]
+    if cfg.rope_scaling and any(m.config.pos_encoding != "rope" for m, _ in models.values()):
+        raise UserError("--rope_scaling applies to RoPE checkpoints only; evaluate NoPE ones in "
+                        "another run")
+    # each model reads the dataset in its own start-token mode; all score the same target tokens
+    data = {name: Dataset.for_model(model.config, ckpt, cfg.dataset)
+            for name, (model, ckpt) in models.items()}
+    if len({(d.name, d.meta.get("sha256")) for d in data.values()}) > 1:
+        raise UserError("these checkpoints were trained on different datasets; pass --dataset=NAME "
+                        "or evaluate them into separate --out_dir folders")
+    return L, data
+
+
+def main():
+    cfg = parse_config(EvalConfig, section="evaluate", description=__doc__)
+    check(cfg)
     ckpts = parse_ckpts(cfg.ckpts)
     unknown = [r for r in cfg.entropy_rows if r not in ckpts]
     if unknown:
-        raise UserError(f"--entropy_rows names {', '.join(unknown)}, not among --ckpts ({', '.join(ckpts)})")
+        raise UserError(f"--entropy_rows names {', '.join(unknown)}, not among --ckpts "
+                        f"({', '.join(ckpts)})")
     device = pick_device(cfg.device)
     dtype = pick_dtype(cfg.dtype, device)
     ctx = autocast(device, dtype)
-    models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}  # fail early on a bad one
+    # every checkpoint read before any measurement: a bad one fails early
+    models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}
     os.makedirs(cfg.out_dir, exist_ok=True)
-    shapes = {(m.config.block_size, m.config.vocab_size) for m, _ in models.values()}
-    if len(shapes) > 1:
-        raise UserError(f"these checkpoints do not share a training length and vocabulary {sorted(shapes)}; "
-                        "evaluate them into separate --out_dir folders")
-    L = shapes.pop()[0]
-    if cfg.rope_scaling and any(m.config.pos_encoding != "rope" for m, _ in models.values()):
-        raise UserError("--rope_scaling applies to RoPE checkpoints only; evaluate NoPE ones in another run")
-    # each model reads the dataset in its own start-token mode; all score the same target tokens
-    data = {name: Dataset.for_model(model.config, ckpt, cfg.dataset) for name, (model, ckpt) in models.items()}
-    if len({(d.name, d.meta.get("sha256")) for d in data.values()}) > 1:
-        raise UserError("these checkpoints were trained on different datasets; pass --dataset=NAME or evaluate "
-                        "them into separate --out_dir folders")
+    L, data = check_models(cfg, models)
     dataset = next(iter(data.values())).name
     length_list(cfg.lengths, L)  # validates
     protocol = {"dataset": dataset, "train_len": L, "windows": cfg.windows, "seed": cfg.seed,
                 "tail": cfg.tail or default_tail(L), "protocol": PROTOCOL}
-    paths = {k: os.path.join(cfg.out_dir, f"{k}.json") for k in ("results", "positions", "entropy", "samples")}
+    paths = {k: os.path.join(cfg.out_dir, f"{k}.json")
+             for k in ("results", "positions", "entropy", "samples")}
     old = read_json(paths["results"]) if os.path.exists(paths["results"]) else None
     if old and {k: old.get(k) for k in protocol} != protocol:
         raise UserError(f"{paths['results']} was measured with other settings "
-                        f"({ {k: old.get(k) for k in protocol} }, now {protocol}); use another --out_dir")
+                        f"({ {k: old.get(k) for k in protocol} }, now {protocol}); "
+                        "use another --out_dir")
     results = old or (protocol | {"methods": {}})
-    stores = {k: read_json(p) if os.path.exists(p) else {} for k, p in paths.items() if k != "results"}
+    stores = {k: read_json(p) if os.path.exists(p) else {}
+              for k, p in paths.items() if k != "results"}
     for name, (model, ckpt) in models.items():
         ds = data[name]
         res, positions, entropy = evaluate_model(name, model, ds, cfg, L, ctx, dtype)
         results["methods"][name] = {"ckpt": os.path.abspath(ckpts[name])} | res
         stores["positions"][name] = positions
-        stores["entropy"].pop(name, None)  # a row measured again keeps nothing of its earlier measurement
+        # a row measured again keeps nothing of its earlier measurement
+        stores["entropy"].pop(name, None)
         stores["samples"].pop(name, None)
         if entropy:
             stores["entropy"][name] = entropy
@@ -437,7 +487,8 @@ def main():
     table = write_tables(cfg.out_dir, results)
     if stores["samples"]:
         md = ["# Samples: each model continues the same prompt of 3L tokens", ""]
-        md += ["**prompt (last 200 tokens):**", "```", next(iter(stores["samples"].values()))["prompt_tail"], "```"]
+        prompt_tail = next(iter(stores["samples"].values()))["prompt_tail"]
+        md += ["**prompt (last 200 tokens):**", "```", prompt_tail, "```"]
         for name, s in stores["samples"].items():
             md += [f"**{name}:**", "```", s["continuation"], "```"]
         atomic_write_text(os.path.join(cfg.out_dir, "samples.md"), "\n".join(md) + "\n")

@@ -1,4 +1,4 @@
-"""
+r"""
 The paper's two remedies for NoPE past its training length L, on any train.py checkpoint.
 
 1. UniformScale (grid search, no training): attention logits lam * q.k / sqrt(d) with one lam
@@ -17,21 +17,27 @@ The paper's pieces here, each one function: uniform_scale (T3, the best lambda o
 fit_log_law (T4, lambda(i) = 1 + a ln(i / L)), fit_head_scales (T5, HeadScale). The rest reads
 checkpoints and windows, measures, prints and writes files.
 
-    python search_scales.py --ckpt=out/nope/ckpt.pt                       # grid at 2L,4L,8L, fit at 2L,4L
-    python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --min_scale=0 --tag=_noclamp
-    python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --init=1 --tag=_noinit
-    python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --fit=slope --set_slope=logn,grid
+    python search_scales.py --ckpt=out/nope/ckpt.pt         # grid at 2L,4L,8L, fit at 2L,4L
+    python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --min_scale=0 \
+        --tag=_noclamp
+    python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --init=1 \
+        --tag=_noinit
+    python search_scales.py --ckpt=out/nope/ckpt.pt --grid=false --fit_lengths=4 --fit=slope \
+        --set_slope=logn,grid
 
 Writes into out_dir (default: the checkpoint's folder + /scales):
     grid.csv            length, lam, loss, tail_loss for every grid point
     uniform.json        best lam per length (mean and tail metric), best lam per position, the fit
-    uniform_grid_4L.pt  the checkpoint with every head_scale = the grid's best lam for 4L (one per length)
+    uniform_grid_4L.pt  the checkpoint with every head_scale = the grid's best lam for 4L
+                        (one per length)
     head_4L.pt/.csv/.json   the fitted scales: checkpoint, (layer, head, scale) table, fit log
                         (layer_4L.*, or uniform_4L.*: one lambda fitted by gradient, with
-                        --granularity=layer or uniform; the study's rows nope_uniform_* are the grid's)
+                        --granularity=layer or uniform; the study's rows nope_uniform_* are
+                        the grid's)
     headslope_4L.pt/.csv/.json  --fit=slope: the fitted slopes a (layer, head, slope), head_scale 1
                         (layerslope_4L.*, uniformslope_4L.*)
-    slope_logn.pt/.json  --set_slope=logn: every slope 1/ln L (Qwen's logn attention), nothing fitted
+    slope_logn.pt/.json  --set_slope=logn: every slope 1/ln L (Qwen's logn attention),
+                        nothing fitted
     slope_grid.pt/.json  --set_slope=grid: every slope the grid's a at its longest length
                         (slope_0.3.*: a number)
 On a hybrid of RoPE and NoPE layers (GPTConfig.nope_every) every scale and slope acts on its NoPE
@@ -55,8 +61,8 @@ from data import Dataset
 from evaluate import binned, default_tail, length_list, length_name, measure
 from model import load_checkpoint, save_checkpoint
 from train import cosine_lr
-from tools.cli import (Progress, UserError, autocast, parse_config, pick_device, pick_dtype, read_json,
-                       run_main, write_csv, write_json)
+from tools.cli import (Progress, UserError, autocast, parse_config, pick_device, pick_dtype,
+                       read_json, run_main, write_csv, write_json)
 
 
 @dataclass
@@ -66,24 +72,29 @@ class SearchConfig:
     dataset: str = ""                   # '' = the dataset the checkpoint was trained on
     # UniformScale grid search
     grid: bool = True                   # run the uniform grid search
-    lengths: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0])  # grid target lengths, in units of L
+    lengths: list[float] = field(  # grid target lengths, in units of L
+        default_factory=lambda: [2.0, 4.0, 8.0])
     lam_min: float = 1.0                # grid start
-    lam_max: float = 2.0                # grid end (inclusive): above every best lam measured so far (docs/);
-                                        # a best lam at the end is said in one line
+    lam_max: float = 2.0                # grid end (inclusive): above every best lam measured so far
+                                        # (docs/); a best lam at the end is said in one line
     lam_step: float = 0.05              # grid step
-    windows: int = 64                   # validation windows per length (fixed, seeded, inside the "search"
-                                        # documents: none of evaluate.py's text)
-    tail: int = 0                       # tokens scored by the tail metric (0 = L/8, the paper's 256/2048)
-    select: str = "loss"                # pick the best lam by: loss (mean over all positions) | tail
+    windows: int = 64                   # validation windows per length (fixed, seeded, inside
+                                        # the "search" documents: none of evaluate.py's text)
+    tail: int = 0                       # tail metric's tokens (0 = L/8, the paper's 256/2048)
+    select: str = "loss"                # the best lam by: loss (mean over all positions) | tail
     position_bins: int = 0              # width of the position bins for lam(i) (0 = L/8)
     # HeadScale gradient fit
-    fit_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0])  # fit target lengths, units of L ('' = none)
+    fit_lengths: list[float] = field(  # fit target lengths, units of L ('' = none)
+        default_factory=lambda: [2.0, 4.0])
     fit: str = "scale"                  # scale (HeadScale: lam) | slope (the slopes a of
-                                        # lam(i) = 1 + a ln(max(i, L) / L), head_scale 1, a >= 0 after every step)
-    granularity: str = "head"           # head (n_layer x n_head values) | layer (n_layer) | uniform (1)
-    init: float = 0.0                   # starting lam (0 = the best uniform lam for that length); with --fit=slope
-                                        # the starting a (0 = the grid's lambda(i) fit a at that length)
-    min_scale: float = 1.0              # clamp after every step: lam >= min_scale (0 = no clamp; --fit=slope: a >= 0)
+                                        # lam(i) = 1 + a ln(max(i, L) / L), head_scale 1,
+                                        # a >= 0 after every step)
+    granularity: str = "head"           # head (n_layer x n_head) | layer (n_layer) | uniform (1)
+    init: float = 0.0                   # starting lam (0 = the best uniform lam for that length);
+                                        # with --fit=slope the starting a (0 = the grid's lambda(i)
+                                        # fit a at that length)
+    min_scale: float = 1.0              # clamp after every step: lam >= min_scale (0 = no clamp;
+                                        # --fit=slope: a >= 0)
     steps: int = 200                    # optimizer steps
     lr: float = 0.05                    # peak learning rate
     warmup_frac: float = 0.1            # linear warm-up over this share of the steps
@@ -92,17 +103,20 @@ class SearchConfig:
     beta2: float = 0.95                 # AdamW beta2
     fit_batch_size: int = 4             # training sequences per fit step
     tag: str = ""                       # suffix for the fit's output names (e.g. _noclamp)
-    set_slope: list[str] = field(default_factory=list)  # write slope_VALUE.pt, every slope a = VALUE, nothing fitted:
-                                        # a number >= 0, logn (Qwen: 1/ln L) or grid (uniform.json's a, longest length)
+    set_slope: list[str] = field(default_factory=list)  # write slope_VALUE.pt, nothing fitted:
+                                        # every slope a = VALUE, a number >= 0, logn (Qwen:
+                                        # 1/ln L) or grid (uniform.json's a, longest length)
     # RoPE baselines: zero-shot extension factors (RoPE checkpoints only)
-    rope_grid: bool = False             # grid over the factor of each rope_method at each of `lengths`
-    rope_methods: list[str] = field(default_factory=lambda: ["pi", "ntk", "yarn"])  # PI, NTK-aware, YaRN
-    factors: list[float] = field(default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0])  # grid
+    rope_grid: bool = False             # grid over each rope_method's factor at each of `lengths`
+    rope_methods: list[str] = field(  # PI, NTK-aware, YaRN
+        default_factory=lambda: ["pi", "ntk", "yarn"])
+    factors: list[float] = field(  # grid
+        default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0])
     # system
     batch_size: int = 8                 # evaluation batch size
     seed: int = 4321                    # windows and fit batches
     device: str = "auto"                # auto | cpu | cuda | mps
-    dtype: str = "auto"                 # auto | float32 | bfloat16 | float16 (its fits run in float32)
+    dtype: str = "auto"                 # auto | float32 | bfloat16 | float16 (fits run in float32)
     log_interval: int = 20              # fit progress line every this many steps
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
@@ -120,16 +134,16 @@ def check(cfg):
         raise UserError(f"empty lambda grid: need lam_step > 0 and lam_max >= lam_min "
                         f"(got {cfg.lam_min}..{cfg.lam_max} step {cfg.lam_step})")
     if cfg.lam_min <= 0:
-        raise UserError(f"lambda must be > 0 (it multiplies the attention logits), got lam_min={cfg.lam_min}")
+        raise UserError("lambda must be > 0 (it multiplies the attention logits), got "
+                        f"lam_min={cfg.lam_min}")
     if cfg.init < 0:
-        raise UserError(f"--init must be > 0 (or 0: the grid's best uniform lambda, or with --fit=slope its "
-                        f"lambda(i) fit a), got {cfg.init}")
+        raise UserError("--init must be > 0 (or 0: the grid's best uniform lambda, or with "
+                        f"--fit=slope its lambda(i) fit a), got {cfg.init}")
     if cfg.fit not in ("scale", "slope"):
-        raise UserError(f"--fit must be scale or slope, got {cfg.fit!r}" + (" (--fit=log is now --fit=slope)"
-                                                                             if cfg.fit == "log" else ""))
+        raise UserError(f"--fit must be scale or slope, got {cfg.fit!r}")
     if cfg.fit == "slope" and any(k <= 1 for k in cfg.fit_lengths):
-        raise UserError(f"--fit=slope fits slopes that act only past L: every --fit_lengths must be > 1, "
-                        f"got {cfg.fit_lengths}")
+        raise UserError("--fit=slope fits slopes that act only past L: every --fit_lengths must "
+                        f"be > 1, got {cfg.fit_lengths}")
     for v in cfg.set_slope:
         if v not in ("logn", "grid") and not (_number(v) is not None and _number(v) >= 0):
             raise UserError(f"--set_slope takes logn, grid or a number >= 0, got {v!r}")
@@ -159,12 +173,15 @@ def scaled_layers(model):
 
 def on_layers(model, value, fill):
     """value (a number, or a table with one row per scaled layer) as the model's (n_layer, n_head)
-    table, `fill` (1 for lambda, 0 for a slope) on the layers not scaled; unchanged without a hybrid."""
+    table, `fill` (1 for lambda, 0 for a slope) on the layers not scaled; unchanged without a
+    hybrid."""
     layers, n_layer, n_head = scaled_layers(model), model.config.n_layer, model.config.n_head
     if len(layers) == n_layer:
         return value
-    value = torch.as_tensor(value, dtype=torch.float32, device=model.lm_head.weight.device).expand(len(layers), n_head)
-    return torch.stack([value[layers.index(layer)] if layer in layers else torch.full_like(value[0], fill)
+    value = torch.as_tensor(value, dtype=torch.float32, device=model.lm_head.weight.device)
+    value = value.expand(len(layers), n_head)
+    return torch.stack([value[layers.index(layer)] if layer in layers
+                        else torch.full_like(value[0], fill)
                         for layer in range(n_layer)])  # keeps value's gradient
 
 
@@ -189,7 +206,8 @@ def uniform_scale(lams, loss, tail, width):
     mean, tail_loss = loss.mean(1), loss[:, -tail:].mean(1)  # (n_lam,), (n_lam,)
     centers, per_bin = binned(loss, width)                   # (nb,), (n_lam, nb)
     return {"best_lam": float(lams[mean.argmin()]), "best_loss": float(mean.min()),
-            "best_lam_tail": float(lams[tail_loss.argmin()]), "best_tail_loss": float(tail_loss.min()),
+            "best_lam_tail": float(lams[tail_loss.argmin()]),
+            "best_tail_loss": float(tail_loss.min()),
             "positions": centers, "best_lam_per_position": lams[per_bin.argmin(0)]}
 
 
@@ -241,18 +259,20 @@ def grid_search(model, windows_at, cfg, L, ctx):
             at1 = measure(model, windows, cfg.batch_size, ctx)["loss"]
         name = length_name(n / L)
         s = summary[name] = {
-            "length": n, "windows": len(windows), "tokens": len(windows) * n, "tail_tokens": len(windows) * tail,
+            "length": n, "windows": len(windows), "tokens": len(windows) * n,
+            "tail_tokens": len(windows) * tail,
             **{k: best[k] for k in ("best_lam", "best_loss", "best_lam_tail", "best_tail_loss")},
             "loss_at_1": float(at1.mean()), "tail_loss_at_1": float(at1[-tail:].mean()),
             "positions": best["positions"].tolist(),
-            "best_lam_per_position": best["best_lam_per_position"].tolist(), "fit_a": a, "fit_r2": r2}
+            "best_lam_per_position": best["best_lam_per_position"].tolist(),
+            "fit_a": a, "fit_r2": r2}
         if max(max(s["best_lam_per_position"]), s["best_lam"], s["best_lam_tail"]) >= lams[-1]:
             print(f"note: at {name} a best lam is the grid's end {lams[-1]:g}; the optimum may lie "
                   "beyond it: raise --lam_max", flush=True)
         print(f"{name:>4} (n={n}): best lam {s['best_lam']:.2f} loss {s['best_loss']:.4f} "
               f"(lam=1: {s['loss_at_1']:.4f}) | tail: best lam {s['best_lam_tail']:.2f} "
-              f"{s['best_tail_loss']:.4f} (lam=1: {s['tail_loss_at_1']:.4f}) | lam(i) fit a={a:.3f} "
-              f"R2={r2:.3f} | {time.time() - t0:.0f}s", flush=True)
+              f"{s['best_tail_loss']:.4f} (lam=1: {s['tail_loss_at_1']:.4f}) | "
+              f"lam(i) fit a={a:.3f} R2={r2:.3f} | {time.time() - t0:.0f}s", flush=True)
     return rows, summary, tail
 
 
@@ -267,7 +287,8 @@ def rope_factor_grid(model, windows_at, cfg, L, ctx):
             model.config.rope_scaling = method
             loss, tail_loss = [], []
             for s in cfg.factors:
-                model.config.rope_factor = s  # the cos/sin tables are computed from the config on every call
+                # the cos/sin tables are computed from the config on every call
+                model.config.rope_factor = s
                 per_pos = measure(model, windows, cfg.batch_size, ctx)["loss"]
                 loss.append(float(per_pos.mean()))
                 tail_loss.append(float(per_pos[-tail:].mean()))
@@ -280,10 +301,11 @@ def rope_factor_grid(model, windows_at, cfg, L, ctx):
                 plain = at1 = float(measure(model, windows, cfg.batch_size, ctx)["loss"].mean())
             else:
                 at1 = plain
-            best[method][length_name(n / L)] = {"length": n, "best_factor": cfg.factors[i], "loss": loss[i],
-                                               "tail_loss": tail_loss[i], "loss_at_1": at1}
-            print(f"{length_name(n / L):>4} {method:>4}: best factor {cfg.factors[i]:g}, loss {loss[i]:.4f} "
-                  f"tail {tail_loss[i]:.4f}", flush=True)
+            best[method][length_name(n / L)] = {"length": n, "best_factor": cfg.factors[i],
+                                               "loss": loss[i], "tail_loss": tail_loss[i],
+                                               "loss_at_1": at1}
+            print(f"{length_name(n / L):>4} {method:>4}: best factor {cfg.factors[i]:g}, "
+                  f"loss {loss[i]:.4f} tail {tail_loss[i]:.4f}", flush=True)
     model.config.rope_scaling, model.config.rope_factor = "none", 1.0
     return rows, best, tail
 
@@ -328,7 +350,8 @@ def fit_head_scales(model, batches, init, steps=200, lr=0.05, betas=(0.9, 0.95),
             with torch.no_grad():
                 lam.clamp_(min=min_scale)  # the focus constraint, after every step
             log.append({"step": step + 1, "loss": round(loss.item(), 5),
-                        "lam_mean": round(lam.mean().item(), 4), "lam_min": round(lam.min().item(), 4),
+                        "lam_mean": round(lam.mean().item(), 4),
+                        "lam_min": round(lam.min().item(), 4),
                         "lam_max": round(lam.max().item(), 4), "lr": rate})
     finally:  # the model as it was
         model.set_head_scales(saved[0])
@@ -367,7 +390,8 @@ class Fitting(torch.nn.Module):
             logits, loss = self.model(x, y)
         self.step += 1
         if not math.isfinite(loss.item()):
-            raise UserError(f"the fit diverged (loss {loss.item()}) at step {self.step - 1}; lower --lr")
+            raise UserError(f"the fit diverged (loss {loss.item()}) at step {self.step - 1}; "
+                            "lower --lr")
         if self.step % self.log_interval == 0 or self.step == self.progress.total:
             sym, lam = "a" if self.slopes else "lam", self.lam.detach()
             stats = {f"{sym}_{k}": f"{f(lam).item():.3f}" for k, f in
@@ -424,7 +448,8 @@ def start_value(cfg, uniform_path, n, L):
     if found is None:
         raise UserError(f"no {what} for {name} in {uniform_path}: run the grid with "
                         f"--lengths including {n / L:g}, or give --init=VALUE")
-    init = found["fit_a"] if slopes else found["best_lam"] if cfg.select == "loss" else found["best_lam_tail"]
+    init = (found["fit_a"] if slopes else found["best_lam"] if cfg.select == "loss"
+            else found["best_lam_tail"])
     if not math.isfinite(init):
         raise UserError(f"the {what} for {name} in {uniform_path} is {init}: give --init=VALUE")
     return max(init, 0.0)  # a >= 0 from the start (lam >= lam_min > 0 already)
@@ -432,11 +457,12 @@ def start_value(cfg, uniform_path, n, L):
 
 def set_slope(model, value, L, uniform_path, out, extras):
     """Write slope_VALUE.pt/.json: every slope a = VALUE, head_scale 1, nothing fitted."""
-    if value == "logn":  # Qwen's logn attention, q * log_L(i) for i > L, is 1 + (1 / ln L) ln(i / L)
+    if value == "logn":  # Qwen's logn attention, q * log_L(i) past L, is 1 + (1 / ln L) ln(i / L)
         a, source = 1 / math.log(L), f"logn: 1 / ln L, L = {L}"
     elif value == "grid":
         if not os.path.exists(uniform_path):
-            raise UserError(f"--set_slope=grid reads the lambda(i) fit from {uniform_path}: run the grid first")
+            raise UserError(f"--set_slope=grid reads the lambda(i) fit from {uniform_path}: "
+                            "run the grid first")
         fit = read_json(uniform_path)["fit"]
         if not (math.isfinite(fit["a"]) and fit["a"] >= 0):
             raise UserError(f"the grid's lambda(i) fit in {uniform_path} has a = {fit['a']}: "
@@ -458,22 +484,96 @@ def check_against(cfg, model, uniform_path, L):
     grid's lambda needs the grid there, and a grid length the validation split cannot hold is
     said now (its windows are drawn in main, before any measurement)."""
     if cfg.rope_grid and model.config.pos_encoding != "rope":
-        raise UserError(f"--rope_grid needs a RoPE checkpoint; {cfg.ckpt} is {model.config.pos_encoding}")
+        raise UserError(f"--rope_grid needs a RoPE checkpoint; {cfg.ckpt} is "
+                        f"{model.config.pos_encoding}")
     if not scaled_layers(model):
-        raise UserError(f"{cfg.ckpt} is a hybrid with no NoPE layer (nope_every={model.config.nope_every}, "
+        raise UserError(f"{cfg.ckpt} is a hybrid with no NoPE layer "
+                        f"(nope_every={model.config.nope_every}, "
                         f"{model.config.n_layer} layers): nothing to scale")
     gridded = ({length_name(n / L) for n in length_list(cfg.lengths, L)} if cfg.grid else set()) | (
         set(read_json(uniform_path)["lengths"]) if os.path.exists(uniform_path) else set())
-    missing = [length_name(n / L) for n in length_list(cfg.fit_lengths, L) if length_name(n / L) not in gridded]
+    missing = [length_name(n / L) for n in length_list(cfg.fit_lengths, L)
+               if length_name(n / L) not in gridded]
     if cfg.init == 0 and missing:
-        raise UserError(f"the fit at {', '.join(missing)} starts from the grid there, which neither this run nor "
-                        f"{uniform_path} has: add it to --lengths, or give --init=VALUE")
+        raise UserError(f"the fit at {', '.join(missing)} starts from the grid there, which "
+                        f"neither this run nor {uniform_path} has: add it to --lengths, or give "
+                        "--init=VALUE")
     if "grid" in cfg.set_slope and not gridded:
-        raise UserError("--set_slope=grid reads the grid's lambda(i) fit: run the grid (--grid=true) or give "
-                        "a number")
+        raise UserError("--set_slope=grid reads the grid's lambda(i) fit: run the grid "
+                        "(--grid=true) or give a number")
     if not cfg.grid:  # the fits start from a grid run before: its values checked now
         for n in length_list(cfg.fit_lengths, L):
             start_value(cfg, uniform_path, n, L)
+
+
+def write_uniform_grid(model, windows_at, cfg, L, ctx, out, uniform_path, base, extras):
+    """Section 1's files: the fits start from uniform.json, evaluate.py reads uniform_grid_*.pt."""
+    rows, summary, tail = grid_search(model, windows_at, cfg, L, ctx)
+    write_csv(os.path.join(out, "grid.csv"), rows, ["length", "lam", "loss", "tail_loss"])
+    longest = max(summary.values(), key=lambda s: s["length"])
+    write_json(uniform_path, base | {"tail": tail, "select": cfg.select, "seed": cfg.seed,
+                                     "lengths": summary,
+                                     "fit": {"length": longest["length"], "a": longest["fit_a"],
+                                             "r2": longest["fit_r2"]}})
+    for name, s in summary.items():
+        lam = s["best_lam"] if cfg.select == "loss" else s["best_lam_tail"]
+        model.set_head_scales(on_layers(model, lam, 1.0))
+        save_checkpoint(os.path.join(out, f"uniform_grid_{name}.pt"), model, **extras,
+                        scales={"method": "uniform", "length": s["length"], "lam": lam})
+    model.set_head_scales(1.0)
+    print(f"wrote {out}/grid.csv, uniform.json, uniform_grid_*.pt; lam(i) = 1 + a ln(i/L) at "
+          f"{longest['length']}: a = {longest['fit_a']:.3f}, R2 = {longest['fit_r2']:.3f}")
+
+
+def write_rope_grid(model, windows_at, cfg, L, ctx, out, base):
+    """The RoPE baselines' files: evaluate.py --rope_factors reads each length's best factor."""
+    rows, best, tail = rope_factor_grid(model, windows_at, cfg, L, ctx)
+    write_csv(os.path.join(out, "rope_grid.csv"), rows,
+              ["method", "length", "factor", "loss", "tail_loss"])
+    write_json(os.path.join(out, "rope_factors.json"),
+               base | {"tail": tail, "select": cfg.select, "seed": cfg.seed, "methods": best})
+    print(f"wrote {out}/rope_grid.csv, rope_factors.json")
+
+
+def checked_fit(model, ds, cfg, n, init, ctx, device, dtype):
+    """fit_at, announced and timed, then held to the method's promise: no other weight moved."""
+    slopes, name = cfg.fit == "slope", length_name(n / model.config.block_size)
+    fitted, sym = ("head_slope", "a") if slopes else ("head_scale", "lam")
+    before = {k: v.clone() for k, v in model.state_dict().items() if not k.endswith(fitted)}
+    clamp = "a >= 0, head_scale 1" if slopes else f"clamp >= {cfg.min_scale:g}"
+    print(f"fitting {cfg.granularity} {'slopes' if slopes else 'scales'} at {name} (n={n}) from "
+          f"{sym}={init:.3f}, {clamp}")
+    t0 = time.time()
+    lam, log = fit_at(model, ds, cfg, n, init, ctx, device, dtype)
+    seconds = time.time() - t0
+    after = model.state_dict()
+    changed = [k for k, v in before.items() if not torch.equal(v, after[k])]
+    if changed:  # the method's promise: only head_scale (or only its slopes) moves
+        raise RuntimeError(f"weights other than {fitted} changed during the fit: {changed[:3]}")
+    return lam, log, seconds
+
+
+def write_fit(model, cfg, n, init, lam, log, seconds, out, base, extras):
+    """Section 2's files: the checkpoint for evaluate.py, the table and log to read the fit by."""
+    slopes, name = cfg.fit == "slope", length_name(n / model.config.block_size)
+    fitted = "head_slope" if slopes else "head_scale"
+    stem = os.path.join(out, f"{cfg.granularity}{'slope' if slopes else ''}_{name}{cfg.tag}")
+    if slopes:
+        model.set_head_slopes(lam)
+        info = {"method": f"{cfg.granularity}slope", "length": n, "init": init, "min_slope": 0.0,
+                "head_scale": 1.0, "steps": cfg.steps, "lr": cfg.lr, "a": lam.tolist()}
+    else:
+        model.set_head_scales(lam)
+        info = {"method": cfg.granularity, "length": n, "init": init, "min_scale": cfg.min_scale,
+                "steps": cfg.steps, "lr": cfg.lr, "lam": lam.tolist()}
+    save_checkpoint(stem + ".pt", model, **extras, scales=info)
+    table = [[l, h, round(v, 5)] for l, row in enumerate(lam.tolist()) for h, v in enumerate(row)]
+    write_csv(stem + ".csv", table, ["layer", "head", "slope" if slopes else "scale"])
+    write_json(stem + ".json", base | info | {"seconds": round(seconds, 1),
+                                              "final_loss": log[-1]["loss"], "log": log})
+    print(f"wrote {stem}.pt/.csv/.json ({seconds:.0f}s; only {fitted} changed)")
+    model.set_head_scales(1.0)
+    model.set_head_slopes(0.0)
 
 
 def main():
@@ -491,8 +591,9 @@ def main():
     extras = {k: ckpt[k] for k in ("config", "dataset", "iter_num") if k in ckpt}
     model.set_head_scales(1.0)  # every search starts from the plain model (lambda = 1, no slope)
     model.set_head_slopes(0.0)
-    print(f"{model.config.pos_encoding} model, L={L}, {model.config.n_layer} layers x {model.config.n_head} heads, "
-          f"{'with' if ds.bos else 'without'} the start token, dataset {ds.name}, device {device} {dtype}")
+    print(f"{model.config.pos_encoding} model, L={L}, {model.config.n_layer} layers x "
+          f"{model.config.n_head} heads, {'with' if ds.bos else 'without'} the start token, "
+          f"dataset {ds.name}, device {device} {dtype}")
     uniform_path = os.path.join(out, "uniform.json")
     check_against(cfg, model, uniform_path, L)
     windows_at = {n: ds.windows(n, cfg.windows, seed=cfg.seed, subset="search")
@@ -500,66 +601,19 @@ def main():
 
     # --- 1. UniformScale: grid search -------------------------------------------------
     if cfg.grid:
-        rows, summary, tail = grid_search(model, windows_at, cfg, L, ctx)
-        write_csv(os.path.join(out, "grid.csv"), rows, ["length", "lam", "loss", "tail_loss"])
-        longest = max(summary.values(), key=lambda s: s["length"])
-        write_json(uniform_path, base | {"tail": tail, "select": cfg.select, "seed": cfg.seed, "lengths": summary,
-                                         "fit": {"length": longest["length"], "a": longest["fit_a"],
-                                                 "r2": longest["fit_r2"]}})
-        for name, s in summary.items():
-            lam = s["best_lam"] if cfg.select == "loss" else s["best_lam_tail"]
-            model.set_head_scales(on_layers(model, lam, 1.0))
-            save_checkpoint(os.path.join(out, f"uniform_grid_{name}.pt"), model, **extras,
-                            scales={"method": "uniform", "length": s["length"], "lam": lam})
-        model.set_head_scales(1.0)
-        print(f"wrote {out}/grid.csv, uniform.json, uniform_grid_*.pt; lam(i) = 1 + a ln(i/L) at "
-              f"{longest['length']}: a = {longest['fit_a']:.3f}, R2 = {longest['fit_r2']:.3f}")
-
+        write_uniform_grid(model, windows_at, cfg, L, ctx, out, uniform_path, base, extras)
     if cfg.rope_grid:
-        rows, best, tail = rope_factor_grid(model, windows_at, cfg, L, ctx)
-        write_csv(os.path.join(out, "rope_grid.csv"), rows, ["method", "length", "factor", "loss", "tail_loss"])
-        write_json(os.path.join(out, "rope_factors.json"), base | {"tail": tail, "select": cfg.select,
-                                                                   "seed": cfg.seed, "methods": best})
-        print(f"wrote {out}/rope_grid.csv, rope_factors.json")
+        write_rope_grid(model, windows_at, cfg, L, ctx, out, base)
 
     # --- 1b. slopes set without a fit: Qwen's logn, the grid's a -----------------------------
     for value in cfg.set_slope:
         set_slope(model, value, L, uniform_path, out, extras)
 
     # --- 2. HeadScale (or per-layer) gradient fit, or of the slopes with --fit=slope --------
-    slopes = cfg.fit == "slope"
-    fitted, sym = ("head_slope", "a") if slopes else ("head_scale", "lam")
     for n in length_list(cfg.fit_lengths, L):
-        name = length_name(n / L)
         init = start_value(cfg, uniform_path, n, L)
-        before = {k: v.clone() for k, v in model.state_dict().items() if not k.endswith(fitted)}
-        clamp = "a >= 0, head_scale 1" if slopes else f"clamp >= {cfg.min_scale:g}"
-        print(f"fitting {cfg.granularity} {'slopes' if slopes else 'scales'} at {name} (n={n}) from "
-              f"{sym}={init:.3f}, {clamp}")
-        t0 = time.time()
-        lam, log = fit_at(model, ds, cfg, n, init, ctx, device, dtype)
-        seconds = time.time() - t0
-        after = model.state_dict()
-        changed = [k for k, v in before.items() if not torch.equal(v, after[k])]
-        if changed:  # the method's promise: only head_scale (or only its slopes) moves
-            raise RuntimeError(f"weights other than {fitted} changed during the fit: {changed[:3]}")
-        stem = os.path.join(out, f"{cfg.granularity}{'slope' if slopes else ''}_{name}{cfg.tag}")
-        if slopes:
-            model.set_head_slopes(lam)
-            info = {"method": f"{cfg.granularity}slope", "length": n, "init": init, "min_slope": 0.0,
-                    "head_scale": 1.0, "steps": cfg.steps, "lr": cfg.lr, "a": lam.tolist()}
-        else:
-            model.set_head_scales(lam)
-            info = {"method": cfg.granularity, "length": n, "init": init, "min_scale": cfg.min_scale,
-                    "steps": cfg.steps, "lr": cfg.lr, "lam": lam.tolist()}
-        save_checkpoint(stem + ".pt", model, **extras, scales=info)
-        write_csv(stem + ".csv", [[l, h, round(v, 5)] for l, row in enumerate(lam.tolist()) for h, v in enumerate(row)],
-                  ["layer", "head", "slope" if slopes else "scale"])
-        write_json(stem + ".json", base | info | {"seconds": round(seconds, 1), "final_loss": log[-1]["loss"],
-                                                  "log": log})
-        print(f"wrote {stem}.pt/.csv/.json ({seconds:.0f}s; only {fitted} changed)")
-        model.set_head_scales(1.0)
-        model.set_head_slopes(0.0)
+        lam, log, seconds = checked_fit(model, ds, cfg, n, init, ctx, device, dtype)
+        write_fit(model, cfg, n, init, lam, log, seconds, out, base, extras)
 
 
 if __name__ == "__main__":
