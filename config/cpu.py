@@ -4,7 +4,7 @@ learned on it, where NoPE comes closest to RoPE at L for the time. nope_notoken,
 and passkey are one flag each, left out to keep the study short (its times: docs/laptop.md)."""
 
 train = dict(
-    dataset="pystdlib_bpe2048",  # ~3 characters a token: a window of L tokens holds 3x the text of char level
+    dataset="pystdlib_bpe2048",  # ~3 characters a token: L tokens hold 3x the text of char level
     n_layer=4, n_head=4, n_embd=128,
     block_size=128,          # training length L: 8L stays cheap to evaluate on a CPU
     batch_size=32,           # 4k tokens a step: the long preset (cpu_long) has 64
@@ -18,7 +18,10 @@ train = dict(
 
 reproduce = dict(
     lengths=[1, 2, 4, 8],    # evaluation lengths, units of L (cpu_long adds 16L)
-    passkey=False,           # passkey fine-tuning, the longest stage: --passkey=true (or cpu_long) adds it
-    notoken=False,           # NoPE without the start token, one more training: --notoken=true adds it
-    rope_baselines=False,    # PI, NTK-aware, YaRN zero-shot and PI, YaRN fine-tuned: --rope_baselines=true
+    passkey=False,           # passkey fine-tuning, the longest stage:
+                             # --passkey=true (or cpu_long) adds it
+    notoken=False,           # NoPE without the start token, one more training:
+                             # --notoken=true adds it
+    rope_baselines=False,    # PI, NTK-aware, YaRN zero-shot and PI, YaRN fine-tuned:
+                             # --rope_baselines=true
 )

@@ -40,7 +40,8 @@ def project_sources(script):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]  # `from tools import plot`
+                # each name may be a module too: `from tools import plot`
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             else:
                 continue
             for name in names:
@@ -52,12 +53,15 @@ def project_sources(script):
 def fingerprint(cmd, study):
     """What decides a stage's result (module docstring), as a JSON-ready dict."""
     script = cmd[0] if cmd and cmd[0].endswith(".py") else None
-    code = {f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest()[:16] for f in project_sources(script)} if script else {}
+    code = {f: hashlib.sha256((ROOT / f).read_bytes()).hexdigest()[:16]
+            for f in project_sources(script)} if script else {}
     preset = next((a.partition("=")[2] for a in cmd if a.startswith("--preset=")), "")
     section = load_preset(preset, SECTIONS[script]) if preset and script in SECTIONS else {}
-    same = [c for c in cmd if c not in ("--resume", "--overwrite")]  # how a run starts is not what it is
+    # how a run starts is not what it is
+    same = [c for c in cmd if c not in ("--resume", "--overwrite")]
     same = [c.replace(study, "$STUDY") for c in same]
-    return {"cmd": same, "preset": {"name": preset, "section": section}, "code": code, "protocol": PROTOCOL}
+    return {"cmd": same, "preset": {"name": preset, "section": section}, "code": code,
+            "protocol": PROTOCOL}
 
 
 def what_changed(done, now):
@@ -91,8 +95,8 @@ class Stages:
         stamp = os.path.join(self.dir, f"{name}.json")
         done = read_json(stamp) if os.path.exists(stamp) else None
         now = fingerprint(cmd, self.study)
-        why = self.rerun or what_changed(done, now) or (None if all(os.path.exists(p) for p in outputs)
-                                                         else "an output is missing")
+        why = (self.rerun or what_changed(done, now)
+               or (None if all(os.path.exists(p) for p in outputs) else "an output is missing"))
         if why is None:
             print(f"[{name}] done before, skipped ({format_seconds(done['seconds'])})")
             self.seconds[name] = done["seconds"]
@@ -104,8 +108,8 @@ class Stages:
         t0 = time.time()
         proc = subprocess.run([sys.executable, *cmd], cwd=ROOT)
         if proc.returncode != 0:
-            raise UserError(f"stage {name!r} failed (exit {proc.returncode}); fix the cause and rerun: "
-                            "finished stages are kept")
+            raise UserError(f"stage {name!r} failed (exit {proc.returncode}); fix the cause and "
+                            "rerun: finished stages are kept")
         self.seconds[name] = round(time.time() - t0, 1)
         write_json(stamp, now | {"seconds": self.seconds[name]})
 
