@@ -1,9 +1,9 @@
 """
 What every stage costs on this device, against the device's own measured matmul rate.
 
-    python tools/bench.py                          # CPU preset shapes on the current device
-    python tools/bench.py --preset=gpu             # GPU preset shapes (on a GPU: bf16; --compile to compare)
-    python tools/bench.py --preset=gpu --batch_size=4 --steps=3    # GPU shapes, a few steps on a CPU
+    python tools/bench.py                 # CPU preset shapes on the current device
+    python tools/bench.py --preset=gpu    # GPU preset shapes (on a GPU: bf16; --compile to compare)
+    python tools/bench.py --preset=gpu --batch_size=4 --steps=3  # GPU shapes, a few steps on a CPU
 
 Measures, on random tokens (no dataset needed):
   - the device's matmul rate: a square product in the precision the model runs in (fp32 on CPU
@@ -28,18 +28,19 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/bench.py: find the project
+# run as python tools/bench.py: find the project
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluate import length_list, measure
 from model import GPT, GPTConfig
 from search_scales import SearchConfig
-from tools.cli import (UserError, autocast, grad_scaler, load_preset, parse_config, pick_device, pick_dtype,
-                       run_main, write_json)
+from tools.cli import (UserError, autocast, grad_scaler, load_preset, parse_config, pick_device,
+                       pick_dtype, run_main, write_json)
 
 
 @dataclass
 class BenchConfig:
-    preset: str = "cpu"                 # whose model shapes to measure: config/NAME.py's train section
+    preset: str = "cpu"                 # model shapes to measure: config/NAME.py's train section
     batch_size: int = 0                 # training batch (0 = the preset's)
     steps: int = 10                     # timed training steps, after 2 untimed warm-up steps
     eval_lengths: list[float] = field(default_factory=lambda: [1.0, 4.0, 16.0])  # units of L
@@ -48,16 +49,18 @@ class BenchConfig:
     grid_windows: int = 64              # windows in one uniform-grid point (search_scales default)
     fit_batch: int = 4                  # sequences per HeadScale fit step (search_scales default)
     matmul_size: int = 0                # side of the square matmul (0 = 2048 on CPU, 8192 on CUDA)
-    vocab_size: int = 2049              # vocabulary: the cpu preset's BPE, 2048 ids and the start token
+    vocab_size: int = 2049              # the cpu preset's BPE: 2048 ids and the start token
                                         # (the character-level corpus has 97 symbols and the token)
     out_dir: str = "out/bench"          # writes bench.json here
     device: str = "auto"                # auto | cpu | cuda | mps
-    dtype: str = "auto"                 # auto (CUDA: bf16 where native, else fp16) | float32 | bfloat16 | float16
+    dtype: str = "auto"                 # auto | float32 | bfloat16 | float16
+                                        # (auto on CUDA: bf16 where native, else fp16)
     compile: bool = False               # torch.compile the training step
 
 
 def sync(device):
-    """Wait for the device's queued work, so the clock reads what it did (CUDA and MPS are asynchronous)."""
+    """Wait for the device's queued work, so the clock reads what it did (CUDA and MPS are
+    asynchronous)."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     elif device.startswith("mps"):
@@ -76,7 +79,8 @@ def timed(fn, device, reps, warmup=2):
 
 
 def matmul_rate(device, size, dtype):
-    """FLOP/s of one square product in the model's own precision (dtype: 'float32', 'bfloat16', 'float16')."""
+    """FLOP/s of one square product in the model's own precision (dtype: 'float32', 'bfloat16',
+    'float16')."""
     dtype = getattr(torch, dtype)
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
@@ -87,7 +91,8 @@ def matmul_rate(device, size, dtype):
 def model_config(cfg):
     train = load_preset(cfg.preset, "train")
     keys = {"n_layer", "n_head", "n_embd", "block_size", "bias", "pos_encoding"}
-    return GPTConfig(vocab_size=cfg.vocab_size, **{k: v for k, v in train.items() if k in keys}), train
+    return GPTConfig(vocab_size=cfg.vocab_size,
+                     **{k: v for k, v in train.items() if k in keys}), train
 
 
 def train_step_time(model, B, T, device, ctx, scaler, reps, params):
@@ -120,7 +125,8 @@ def _lifetime_peak():
         import resource  # Unix only
     except ImportError:
         return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            * (1 if sys.platform == "darwin" else 1024))
 
 
 def rss_reset_peak():
@@ -174,15 +180,17 @@ def main():
     if cfg.steps <= 0 or B <= 0:
         raise UserError("--steps and --batch_size must be > 0")
     torch.manual_seed(0)
-    res = {"preset": cfg.preset, "device": device, "dtype": dtype, "threads": torch.get_num_threads(),
-           "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+    res = {"preset": cfg.preset, "device": device, "dtype": dtype,
+           "threads": torch.get_num_threads(), "torch": torch.__version__,
+           "cpu": platform.processor() or platform.machine(),
            "date": time.strftime("%Y-%m-%d"), "model": vars(mcfg), "batch_size": B}
     if device.startswith("cuda"):
         res["gpu"] = torch.cuda.get_device_name()
     size = cfg.matmul_size or (8192 if device.startswith("cuda") else 2048)
     peak = matmul_rate(device, size, dtype)
     res["matmul"] = {"size": size, "flops_per_s": peak}
-    print(f"device {device} {dtype}, {res['threads']} threads; matmul {size}^3: {peak / 1e9:.1f} GFLOP/s")
+    print(f"device {device} {dtype}, {res['threads']} threads; "
+          f"matmul {size}^3: {peak / 1e9:.1f} GFLOP/s")
 
     # training step
     if device.startswith("cuda"):
@@ -197,23 +205,27 @@ def main():
     res["train"] = {"ms_per_step": dt * 1e3, "tokens_per_s": tps, "flops_per_token": fpt,
                     "flops_per_s": fpt * tps, "mfu": fpt * tps / peak, "compile": cfg.compile,
                     # what training at (B, L) holds on the card: weights, AdamW's state, activations
-                    "peak_cuda_mb": torch.cuda.max_memory_allocated() / 2 ** 20 if device.startswith("cuda") else None}
-    print(f"train  L={L} B={B}: {dt * 1e3:.0f} ms/step, {tps / 1e3:.1f}k tok/s, {fpt / 1e6:.2f} MFLOP/token, "
-          f"{fpt * tps / 1e9:.1f} GFLOP/s = {100 * fpt * tps / peak:.0f}% of the matmul rate")
+                    "peak_cuda_mb": (torch.cuda.max_memory_allocated() / 2 ** 20
+                                     if device.startswith("cuda") else None)}
+    print(f"train  L={L} B={B}: {dt * 1e3:.0f} ms/step, {tps / 1e3:.1f}k tok/s, "
+          f"{fpt / 1e6:.2f} MFLOP/token, {fpt * tps / 1e9:.1f} GFLOP/s = "
+          f"{100 * fpt * tps / peak:.0f}% of the matmul rate")
 
     # HeadScale fit step vs a full training step, both at 4L with the fit's batch
     n4 = 4 * L
-    full = train_step_time(model, cfg.fit_batch, n4, device, ctx, scaler, max(2, cfg.steps // 2), list(model.parameters()))
+    full = train_step_time(model, cfg.fit_batch, n4, device, ctx, scaler, max(2, cfg.steps // 2),
+                           list(model.parameters()))
     model.requires_grad_(False)
     lam = torch.ones(mcfg.n_layer, mcfg.n_head, device=device, requires_grad=True)
     model.set_head_scales(lam)
-    fit = train_step_time(model, cfg.fit_batch, n4, device, ctx, scaler, max(2, cfg.steps // 2), [lam])
+    fit = train_step_time(model, cfg.fit_batch, n4, device, ctx, scaler, max(2, cfg.steps // 2),
+                          [lam])
     model.requires_grad_(True)
     model.set_head_scales(1.0)
-    res["headscale"] = {"length": n4, "batch": cfg.fit_batch, "fit_step_ms": fit * 1e3, "full_step_ms": full * 1e3,
-                        "ratio": fit / full}
-    print(f"fit    4L={n4} B={cfg.fit_batch}: HeadScale step {fit * 1e3:.0f} ms vs full training step "
-          f"{full * 1e3:.0f} ms ({100 * fit / full:.0f}%)")
+    res["headscale"] = {"length": n4, "batch": cfg.fit_batch, "fit_step_ms": fit * 1e3,
+                        "full_step_ms": full * 1e3, "ratio": fit / full}
+    print(f"fit    4L={n4} B={cfg.fit_batch}: HeadScale step {fit * 1e3:.0f} ms "
+          f"vs full training step {full * 1e3:.0f} ms ({100 * fit / full:.0f}%)")
 
     # one point of the uniform grid: the search's windows at 4L, forward only
     x = torch.randint(0, mcfg.vocab_size, (cfg.grid_windows, n4 + 1))
@@ -221,8 +233,8 @@ def main():
     res["grid_point"] = {"length": n4, "windows": cfg.grid_windows, "seconds": grid}
     sc = SearchConfig()  # search_scales.py's default grid
     points = round((sc.lam_max - sc.lam_min) / sc.lam_step) + 1
-    print(f"grid   one lambda at 4L ({cfg.grid_windows} windows): {grid:.2f} s; a {points}-point grid at 2L+4L+8L "
-          f"takes about {points * grid * (2 + 4 + 8) / 4:.0f} s")
+    print(f"grid   one lambda at 4L ({cfg.grid_windows} windows): {grid:.2f} s; "
+          f"a {points}-point grid at 2L+4L+8L takes about {points * grid * (2 + 4 + 8) / 4:.0f} s")
 
     # evaluation: time and peak memory, each measurement in a fresh process
     res["eval"] = []
@@ -230,15 +242,18 @@ def main():
     for n in length_list(cfg.eval_lengths, L):
         for entropy in (False, True):
             q = mp_ctx.Queue()
-            p = mp_ctx.Process(target=eval_child, args=((vars(mcfg), n, cfg.eval_windows, cfg.eval_batch, entropy,
-                                                         device, dtype), q))
+            p = mp_ctx.Process(target=eval_child,
+                               args=((vars(mcfg), n, cfg.eval_windows, cfg.eval_batch, entropy,
+                                      device, dtype), q))
             p.start()
             r = q.get()
             p.join()
             r |= {"length": n, "entropy": entropy}
             res["eval"].append(r)
-            print(f"eval   n={n:5d} entropy={str(entropy):5}: {r['tokens_per_s'] / 1e3:.1f}k tok/s, "
-                  "peak memory " + (f"+{r['peak_extra_mb']:.0f} MB" if r["peak_extra_mb"] is not None else "not measured here")
+            print(f"eval   n={n:5d} entropy={str(entropy):5}: "
+                  f"{r['tokens_per_s'] / 1e3:.1f}k tok/s, peak memory "
+                  + (f"+{r['peak_extra_mb']:.0f} MB" if r["peak_extra_mb"] is not None
+                     else "not measured here")
                   + f" ({cfg.eval_windows} windows, batch {cfg.eval_batch})")
     os.makedirs(cfg.out_dir, exist_ok=True)
     path = os.path.join(cfg.out_dir, f"bench_{cfg.preset}_{device.split(':')[0]}.json")

@@ -1,6 +1,7 @@
 """
 The plumbing every script shares, none of it the paper's method:
-  - configuration: a dataclass of defaults, a preset file (config/NAME.py), then --key=value overrides
+  - configuration: a dataclass of defaults, a preset file (config/NAME.py), then
+    --key=value overrides
   - device and precision (autocast, float16's gradient scaler)
   - atomic text, JSON and CSV files (always UTF-8) and the one-line progress report
   - one-line errors for bad input (UserError, run_main)
@@ -49,8 +50,9 @@ def run_main(main):
         log_peak_memory()
 
 
-# Where a script appends its peak CUDA memory when it ends (gpu_check.py sets it for every command it
-# runs, so each stage's memory is recorded by the process that used it). Unset: nothing is written.
+# Where a script appends its peak CUDA memory when it ends (gpu_check.py sets it for every
+# command it runs, so each stage's memory is recorded by the process that used it). Unset:
+# nothing is written.
 MEMORY_LOG = "NANONOPE_MEMORY_LOG"
 
 
@@ -61,8 +63,8 @@ def log_peak_memory():
         return
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     peak = round(torch.cuda.max_memory_allocated() / 2 ** 20, 1) if cuda else None
-    line = json.dumps({"script": os.path.basename(sys.argv[0]), "args": sys.argv[1:], "rank": os.environ.get("RANK"),
-                       "peak_cuda_mb": peak})
+    line = json.dumps({"script": os.path.basename(sys.argv[0]), "args": sys.argv[1:],
+                       "rank": os.environ.get("RANK"), "peak_cuda_mb": peak})
     with open(path, "a", encoding="utf-8") as f:
         f.write(line + "\n")
 
@@ -135,16 +137,21 @@ def load_preset(name, section):
     for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
             continue  # a docstring
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
-            raise UserError(f"{path}:{node.lineno}: presets hold only assignments like  train = dict(key=value)")
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            raise UserError(f"{path}:{node.lineno}: presets hold only assignments "
+                            "like  train = dict(key=value)")
         value = node.value
         try:
-            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "dict" and not value.args:
-                sections[node.targets[0].id] = {kw.arg: ast.literal_eval(kw.value) for kw in value.keywords}
+            if (isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+                    and value.func.id == "dict" and not value.args):
+                sections[node.targets[0].id] = {kw.arg: ast.literal_eval(kw.value)
+                                                for kw in value.keywords}
             else:
                 sections[node.targets[0].id] = ast.literal_eval(value)
         except ValueError:
-            raise UserError(f"{path}:{node.lineno}: only literal values are allowed in presets") from None
+            raise UserError(f"{path}:{node.lineno}: only literal values are allowed "
+                            "in presets") from None
     return sections.get(section, {})
 
 
@@ -195,7 +202,8 @@ def print_help(cls, description=None):
     script = os.path.basename(sys.argv[0]) or "script"
     if description:
         print(description.strip() + "\n")
-    print(f"usage: python {script} [--preset=NAME] [--key=value ...]\n\noptions (default, then what it is):")
+    print(f"usage: python {script} [--preset=NAME] [--key=value ...]\n\n"
+          "options (default, then what it is):")
     for f in dataclasses.fields(cls):
         typ = getattr(hints[f.name], "__name__", str(hints[f.name]))
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -203,7 +211,8 @@ def print_help(cls, description=None):
             default = ",".join(str(v) for v in default)
         print(f"  --{f.name}={default}  [{typ}]  {comments.get(f.name, '')}")
     presets = sorted(p.stem for p in (ROOT / "config").glob("*.py"))
-    print(f"\npresets in config/: {', '.join(presets)}  (a preset sets several options; --key=value wins)")
+    print(f"\npresets in config/: {', '.join(presets)}  "
+          "(a preset sets several options; --key=value wins)")
 
 
 def config_dict(cfg):
@@ -248,8 +257,9 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 def native_bf16():
-    """Does this CUDA card compute bfloat16 natively (Ampere, Hopper and later)? PyTorch's default
-    check also says yes where bf16 is only emulated (a T4, a V100): slow, so it is not used there."""
+    """Does this CUDA card compute bfloat16 natively (Ampere, Hopper and later)? PyTorch's
+    default check also says yes where bf16 is only emulated (a T4, a V100): slow, so it is not
+    used there."""
     import torch
     return torch.cuda.is_bf16_supported(including_emulation=False)
 
@@ -264,7 +274,8 @@ def pick_dtype(dtype, device):
     if dtype == "auto":
         return ("bfloat16" if native_bf16() else "float16") if cuda else "float32"
     if dtype != "float32" and not cuda:
-        raise UserError(f"--dtype={dtype} is for CUDA cards; on {device} use --dtype=float32 (or auto)")
+        raise UserError(f"--dtype={dtype} is for CUDA cards; "
+                        f"on {device} use --dtype=float32 (or auto)")
     return dtype
 
 
@@ -339,8 +350,8 @@ class Progress:
         parts = [f"step {step}/{self.total}"]
         for k, v in metrics.items():
             parts.append(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}")
-        parts += [f"{self.tokens_per_step / max(dt, 1e-9) / 1000:.1f}k tok/s", f"{dt * 1000:.0f} ms/step",
-                  f"eta {format_seconds(eta)}"]
+        parts += [f"{self.tokens_per_step / max(dt, 1e-9) / 1000:.1f}k tok/s",
+                  f"{dt * 1000:.0f} ms/step", f"eta {format_seconds(eta)}"]
         return " | ".join(parts)
 
 

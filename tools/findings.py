@@ -1,8 +1,9 @@
-"""
+r"""
 Which of the paper's findings hold in one or more runs of reproduce.py (one per seed).
 
     python tools/findings.py out/study                       # one run
-    python tools/findings.py out/sweep/cpu_s1337 out/sweep/cpu_s1338 --name=cpu --out=out/sweep/cpu.json
+    python tools/findings.py out/sweep/cpu_s1337 out/sweep/cpu_s1338 \
+        --name=cpu --out=out/sweep/cpu.json
 
 Reads only the files the study wrote. The criteria are fixed here, before looking at any
 result, and are never tuned to make a finding pass:
@@ -10,17 +11,22 @@ result, and are never tuned to make a finding pass:
   2. both degrade past L, NoPE's onset later the onset is the first position past L whose loss
                                               (bins of L/16) exceeds the mean loss over positions
                                               L/2..L by more than DELTA = 0.1 nats; NoPE's > RoPE's
-  3. mean entropy bends up where loss does    the entropy onset (first position past L where the mean
-                                              entropy exceeds the log2-linear trend fitted on L/4..L by
-                                              more than 0.1 bits) within a factor 1.5 of the loss onset
-  4. best uniform lambda > 1, grows with n    best(4L) > 1, and it grows: never smaller at a longer length
-                                              (best(2L) <= best(4L) <= best(8L)) and larger at 8L than at
-                                              2L (best(8L) > best(2L)), so a tie all along does not count
-  5. lambda(i) fit a > 0 and R^2 >= 0.9       every seed (the paper, Appendix B: a = 0.30-0.40, R^2 >= 0.97)
-  6. at 4L: HeadScale < best uniform < 1      mean loss at 4L of nope_headscale_4L < nope_uniform_4L < nope
+  3. mean entropy bends up where loss does    the entropy onset (first position past L where the
+                                              mean entropy exceeds the log2-linear trend fitted on
+                                              L/4..L by more than 0.1 bits) within a factor 1.5 of
+                                              the loss onset
+  4. best uniform lambda > 1, grows with n    best(4L) > 1, and it grows: never smaller at a longer
+                                              length (best(2L) <= best(4L) <= best(8L)) and larger
+                                              at 8L than at 2L (best(8L) > best(2L)), so a tie all
+                                              along does not count
+  5. lambda(i) fit a > 0 and R^2 >= 0.9       every seed (the paper, Appendix B: a = 0.30-0.40,
+                                              R^2 >= 0.97)
+  6. at 4L: HeadScale < best uniform < 1      mean loss at 4L of
+                                              nope_headscale_4L < nope_uniform_4L < nope
   7. HeadScale costs < 0.05 nats at L         loss(nope_headscale_4L, L) - loss(nope, L) < 0.05
-  8. passkey ordering (when passkey ran)      full > no clamp > no init (the paper, Table 4: 81 / 53 / 26%),
-                                              and NoPE > RoPE averaged over the lengths beyond L
+  8. passkey ordering (when passkey ran)      full > no clamp > no init (the paper, Table 4:
+                                              81 / 53 / 26%), and NoPE > RoPE averaged over the
+                                              lengths beyond L
 A finding holds for a recipe when it holds in every seed given.
 
 Besides the findings, two measured effects (no threshold), both on the same windows at 4L:
@@ -36,7 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/findings.py: find the project
+# run as python tools/findings.py: find the project
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluate import excess, length_name
 from tools.cli import UserError, parse_config, read_json, run_main, write_json
@@ -84,19 +91,22 @@ def lambda_grows(best):
     return best["4L"] > 1 and best["2L"] <= best["4L"] <= best["8L"] and best["8L"] > best["2L"]
 
 
-REMEDIES = ("nope_uniform_4L", "nope_headscale_4L", "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit")
+REMEDIES = ("nope_uniform_4L", "nope_headscale_4L", "nope_headscale_4L_noclamp",
+            "nope_headscale_4L_noinit")
 
 
 def measures(results):
     """The rise past L at 4L and each remedy's recovered share there (see the docstring)."""
     n4, methods = 4 * results["train_len"], results["methods"]
-    rise = excess(results, "nope").get(n4) if "nope" in methods else None  # evaluate.excess: the one definition
+    # evaluate.excess: the one definition
+    rise = excess(results, "nope").get(n4) if "nope" in methods else None
     if rise is None:
         return {}
     out = {"rise_4L": rise}
     for r in REMEDIES:
         ex = excess(results, r).get(n4) if r in methods else None
-        if ex is not None:  # (loss(nope) - loss(r)) / (loss(nope) - loss(ref)) = 1 - excess(r) / excess(nope)
+        if ex is not None:
+            # (loss(nope) - loss(r)) / (loss(nope) - loss(ref)) = 1 - excess(r) / excess(nope)
             out[f"recovered_{r}"] = 1 - ex / rise if rise else float("nan")
     return out
 
@@ -110,14 +120,16 @@ def check_run(run):
     L = results["train_len"]
     f = {}
     nope_L, rope_L = loss_at(results, "nope", L), loss_at(results, "rope", L)
-    f[1] = (nope_L <= 1.05 * rope_L, f"NoPE {nope_L:.3f} vs RoPE {rope_L:.3f} nats at L ({nope_L / rope_L - 1:+.1%})")
+    f[1] = (nope_L <= 1.05 * rope_L,
+            f"NoPE {nope_L:.3f} vs RoPE {rope_L:.3f} nats at L ({nope_L / rope_L - 1:+.1%})")
     on = {m: onset(pos[m]["positions"], pos[m]["loss"], L, DELTA) for m in ("nope", "rope")}
     f[2] = (np.isfinite(on["nope"]) and np.isfinite(on["rope"]) and on["nope"] > on["rope"],
             f"onset NoPE {on['nope'] / L:.2f}L, RoPE {on['rope'] / L:.2f}L")
     ent_path = os.path.join(ev, "entropy.json")
     if os.path.exists(ent_path) and "nope" in read_json(ent_path):
         eo = entropy_onset(read_json(ent_path)["nope"], L)
-        ok = np.isfinite(eo) and np.isfinite(on["nope"]) and abs(np.log(eo / on["nope"])) <= np.log(1.5)
+        ok = (np.isfinite(eo) and np.isfinite(on["nope"])
+              and abs(np.log(eo / on["nope"])) <= np.log(1.5))
         f[3] = (bool(ok), f"entropy onset {eo / L:.2f}L vs loss onset {on['nope'] / L:.2f}L")
     best = {k: v["best_lam"] for k, v in uni["lengths"].items()}
     grows = lambda_grows(best)
@@ -126,9 +138,12 @@ def check_run(run):
     f[5] = (bool(a > 0 and r2 >= 0.9), f"a = {a:.3f}, R^2 = {r2:.3f}")
     n4 = 4 * L
     if {"nope_headscale_4L", "nope_uniform_4L"} <= set(results["methods"]):
-        if n4 in results["methods"]["nope"]["lengths"]:  # (a study evaluated only up to 2L has no 4L)
-            hs, un, one = (loss_at(results, m, n4) for m in ("nope_headscale_4L", "nope_uniform_4L", "nope"))
-            f[6] = (hs < un < one, f"at 4L: HeadScale {hs:.3f}, uniform {un:.3f}, lambda=1 {one:.3f}")
+        # a study evaluated only up to 2L has no 4L
+        if n4 in results["methods"]["nope"]["lengths"]:
+            hs, un, one = (loss_at(results, m, n4)
+                           for m in ("nope_headscale_4L", "nope_uniform_4L", "nope"))
+            f[6] = (hs < un < one,
+                    f"at 4L: HeadScale {hs:.3f}, uniform {un:.3f}, lambda=1 {one:.3f}")
         cost = loss_at(results, "nope_headscale_4L", L) - nope_L
         f[7] = (cost < 0.05, f"HeadScale at L: {cost:+.3f} nats")
     pk_path = os.path.join(run, "passkey", "passkey.json")
@@ -142,8 +157,8 @@ def check_run(run):
             nope_b = np.mean([by_len["nope"][n] for n in beyond]) if beyond else float("nan")
             rope_b = np.mean([by_len["rope"][n] for n in beyond]) if beyond else float("nan")
             f[8] = (full > noclamp > noinit and nope_b > rope_b,
-                    f"full {full:.0%}, no clamp {noclamp:.0%}, no init {noinit:.0%}; beyond L NoPE {nope_b:.0%}, "
-                    f"RoPE {rope_b:.0%}")
+                    f"full {full:.0%}, no clamp {noclamp:.0%}, no init {noinit:.0%}; "
+                    f"beyond L NoPE {nope_b:.0%}, RoPE {rope_b:.0%}")
     return f
 
 
@@ -156,36 +171,41 @@ def headline(run):
         return []
     at = lambda m, n: loss_at(results, m, n) if n in methods[m]["lengths"] else None  # noqa: E731
     nope_L, rope_L = at("nope", L), at("rope", L)
-    out = [f"At the training length L = {L} tokens, NoPE's loss is {nope_L:.3f} nats per token against RoPE's "
-           f"{rope_L:.3f} ({nope_L / rope_L - 1:+.1%})."]
+    out = [f"At the training length L = {L} tokens, NoPE's loss is {nope_L:.3f} nats per token "
+           f"against RoPE's {rope_L:.3f} ({nope_L / rope_L - 1:+.1%})."]
     ex, ex_rope = excess(results, "nope"), excess(results, "rope")
     past = [n for n in sorted(ex) if n > L]
     if past:
-        out.append("Past L the long context costs NoPE " + " / ".join(f"{ex[n]:+.2f}" for n in past) + " nats at "
-                   + " / ".join(length_name(n / L) for n in past) + " against the same model reading only its last L "
-                   "positions (RoPE: " + " / ".join(f"{ex_rope[n]:+.2f}" for n in past if n in ex_rope) + ").")
+        out.append("Past L the long context costs NoPE "
+                   + " / ".join(f"{ex[n]:+.2f}" for n in past) + " nats at "
+                   + " / ".join(length_name(n / L) for n in past)
+                   + " against the same model reading only its last L positions (RoPE: "
+                   + " / ".join(f"{ex_rope[n]:+.2f}" for n in past if n in ex_rope) + ").")
     pos, ent_path = read_json(os.path.join(ev, "positions.json")), os.path.join(ev, "entropy.json")
     ent = read_json(ent_path) if os.path.exists(ent_path) else {}  # one read: the file is large
     if "nope" in pos and "nope" in ent:
         on = onset(pos["nope"]["positions"], pos["nope"]["loss"], L, DELTA)
         eo = entropy_onset(ent["nope"], L)
         where = lambda x: f"at {x / L:.2f}L" if np.isfinite(x) else "nowhere"  # noqa: E731
-        out.append(f"NoPE's mean attention entropy leaves the trend it follows up to L {where(eo)}, its loss "
-                   f"rises above its level at L {where(on)}.")
+        out.append(f"NoPE's mean attention entropy leaves the trend it follows up to L "
+                   f"{where(eo)}, its loss rises above its level at L {where(on)}.")
     uni_path = os.path.join(run, "scales", "uniform.json")
     if os.path.exists(uni_path):
         uni = read_json(uni_path)
         best = {k: v["best_lam"] for k, v in uni["lengths"].items()}
-        out.append("The best uniform λ (one for every head) is " + " / ".join(f"{v:.2f}" for v in best.values())
-                   + " at " + " / ".join(best) + f"; fitting the best λ per position to 1 + a ln(i/L) gives "
+        out.append("The best uniform λ (one for every head) is "
+                   + " / ".join(f"{v:.2f}" for v in best.values()) + " at " + " / ".join(best)
+                   + "; fitting the best λ per position to 1 + a ln(i/L) gives "
                    f"a = {uni['fit']['a']:.2f}, R² = {uni['fit']['r2']:.2f}.")
     m, n4 = measures(results), 4 * L
     if "recovered_nope_headscale_4L" in m:
         cost = at("nope_headscale_4L", L) - nope_L
-        text = (f"At 4L, HeadScale (one λ per head) takes back {m['recovered_nope_headscale_4L']:.0%} of that cost and "
-                f"the best uniform λ {m.get('recovered_nope_uniform_4L', float('nan')):.0%}; HeadScale costs "
-                f"{cost:+.2f} nats at L")
-        rope_rows = [(excess(results, r).get(n4), r) for r in methods if r.startswith("rope_") and "window" not in r]
+        text = (f"At 4L, HeadScale (one λ per head) takes back "
+                f"{m['recovered_nope_headscale_4L']:.0%} of that cost and the best uniform λ "
+                f"{m.get('recovered_nope_uniform_4L', float('nan')):.0%}; "
+                f"HeadScale costs {cost:+.2f} nats at L")
+        rope_rows = [(excess(results, r).get(n4), r) for r in methods
+                     if r.startswith("rope_") and "window" not in r]
         rope_rows = [x for x in rope_rows if x[0] is not None]
         if rope_rows:
             e, r = min(rope_rows)
@@ -202,23 +222,28 @@ class FindingsConfig:
 
 def main():
     runs = [a for a in sys.argv[1:] if not a.startswith("-")]
-    cfg = parse_config(FindingsConfig, [a for a in sys.argv[1:] if a.startswith("-")], description=__doc__)
+    cfg = parse_config(FindingsConfig, [a for a in sys.argv[1:] if a.startswith("-")],
+                       description=__doc__)
     if not runs:
-        raise UserError("give one or more study folders: python tools/findings.py out/study [out/study_seed2 ...]")
+        raise UserError("give one or more study folders: "
+                        "python tools/findings.py out/study [out/study_seed2 ...]")
     for r in runs:
         if not os.path.exists(os.path.join(r, "eval", "results.json")):
-            raise UserError(f"{r} holds no finished study (eval/results.json missing); run reproduce.py first")
+            raise UserError(f"{r} holds no finished study (eval/results.json missing); "
+                            "run reproduce.py first")
     per_run = {r: check_run(r) for r in runs}
     keys = sorted({k for f in per_run.values() for k in f})
-    protocols = {r: read_json(os.path.join(r, "eval", "results.json")).get("protocol") for r in runs}
-    summary = {"recipe": cfg.name or os.path.basename(os.path.normpath(runs[0])), "runs": runs, "findings": {},
-               "measures": {}, "protocols": protocols}
+    protocols = {r: read_json(os.path.join(r, "eval", "results.json")).get("protocol")
+                 for r in runs}
+    summary = {"recipe": cfg.name or os.path.basename(os.path.normpath(runs[0])), "runs": runs,
+               "findings": {}, "measures": {}, "protocols": protocols}
     if len(set(protocols.values())) > 1:  # evaluate.PROTOCOL: what a measurement means
         print("these runs were measured under different protocols: "
               + ", ".join(f"{r}: protocol {p}" for r, p in protocols.items()))
     for k in keys:
         got = [per_run[r][k] for r in runs if k in per_run[r]]
-        summary["findings"][k] = {"holds": all(ok for ok, _ in got), "evidence": [e for _, e in got]}
+        summary["findings"][k] = {"holds": all(ok for ok, _ in got),
+                                  "evidence": [e for _, e in got]}
         mark = "yes" if summary["findings"][k]["holds"] else "no"
         print(f"({k}) {mark:3}  " + " | ".join(e for _, e in got))
     per_run_m = {r: measures(read_json(os.path.join(r, "eval", "results.json"))) for r in runs}

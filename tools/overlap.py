@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/overlap.py: find the project
+# run as python tools/overlap.py: find the project
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data import Dataset  # noqa: E402
 from evaluate import EvalConfig, length_name  # noqa: E402
@@ -33,8 +34,10 @@ from train import VAL_SEED, TrainConfig  # noqa: E402
 class OverlapConfig:
     dataset: str = "pystdlib_bpe2048"   # data/NAME or a folder, as prepared
     L: int = 128                        # the training length the lengths count in
-    search_lengths: list[float] = field(default_factory=lambda: [2.0, 4.0, 8.0])  # search_scales' grid lengths
-    eval_lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])  # evaluate's lengths
+    search_lengths: list[float] = field(  # search_scales' grid lengths
+        default_factory=lambda: [2.0, 4.0, 8.0])
+    eval_lengths: list[float] = field(  # evaluate's lengths
+        default_factory=lambda: [1.0, 2.0, 4.0, 8.0])
 
 
 def tokens(ds, n, count, seed, subset, scored=False):
@@ -49,7 +52,8 @@ def tokens(ds, n, count, seed, subset, scored=False):
 def documents(ds, n, count, seed, subset):
     """The indices of the documents that windows of n positions come from."""
     _, starts, _ = ds.docs("val")
-    return set(np.searchsorted(starts, ds.window_offsets(n, count, seed, "val", subset), side="right") - 1)
+    return set(np.searchsorted(starts, ds.window_offsets(n, count, seed, "val", subset),
+                               side="right") - 1)
 
 
 def main():
@@ -59,13 +63,15 @@ def main():
     ds = Dataset(cfg.dataset, bos=True)
     search, ev, tr = SearchConfig(), EvalConfig(), TrainConfig()
     evals = {k: (tokens(ds, int(k * cfg.L), ev.windows, ev.seed, "eval", scored=True),
-                 ds.window_offsets(int(k * cfg.L), ev.windows, ev.seed, "val", "eval")) for k in cfg.eval_lengths}
+                 ds.window_offsets(int(k * cfg.L), ev.windows, ev.seed, "val", "eval"))
+             for k in cfg.eval_lengths}
     readers = {f"search at {length_name(s)}": (int(s * cfg.L), search.windows, search.seed)
                for s in cfg.search_lengths}
     readers["monitor at 1L"] = (cfg.L, tr.val_windows, VAL_SEED)
     _, starts, _ = ds.docs("val")
-    print(f"{ds.name}, L = {cfg.L}: what each reader of the search documents shares with the eval windows "
-          f"({ev.windows} a length, seed {ev.seed}): their target tokens it reads / their documents it reads\n")
+    print(f"{ds.name}, L = {cfg.L}: what each reader of the search documents shares with the "
+          f"eval windows ({ev.windows} a length, seed {ev.seed}): their target tokens it reads / "
+          "their documents it reads\n")
     print("| reader | " + " | ".join(f"eval at {length_name(k)}" for k in cfg.eval_lengths) + " |")
     print("|---|" + "---:|" * len(cfg.eval_lengths))
     for name, (n, count, seed) in readers.items():

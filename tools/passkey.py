@@ -1,7 +1,8 @@
-"""
+r"""
 Passkey retrieval: can a model still find one 5-digit number hidden far back?
 
-    python tools/passkey.py --ckpts=nope=out/nope_pk/ckpt.pt,rope=out/rope_pk/ckpt.pt --out_dir=out/passkey
+    python tools/passkey.py --ckpts=nope=out/nope_pk/ckpt.pt,rope=out/rope_pk/ckpt.pt \
+        --out_dir=out/passkey
     python tools/passkey.py --out_dir=out/passkey --plot_only
 
 Models learn the skill from train.py --passkey_frac (ordinary text mixed with passkey examples
@@ -22,29 +23,32 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/passkey.py: find the project
+# run as python tools/passkey.py: find the project
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data import Dataset
 from evaluate import length_list, length_name
 from model import load_checkpoint
 from tools import plot
-from tools.cli import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config, pick_device, pick_dtype,
-                       read_json, run_main, write_csv, write_json)
+from tools.cli import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config,
+                       pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 
 
 @dataclass
 class PasskeyConfig:
-    ckpts: list[str] = field(default_factory=lambda: ["nope=out/nope/ckpt.pt"])  # NAME=PATH, comma-separated
+    ckpts: list[str] = field(  # NAME=PATH, comma-separated
+        default_factory=lambda: ["nope=out/nope/ckpt.pt"])
     out_dir: str = "out/passkey"        # results folder (passkey.csv merges by method name)
-    dataset: str = ""                   # '' = the dataset each checkpoint was trained on (for its tokenizer)
+    dataset: str = ""                   # '' = each checkpoint's own dataset (for its tokenizer)
     lengths: list[float] = field(default_factory=lambda: [1.0, 2.0, 4.0, 8.0])  # units of L
     depths: int = 10                    # depths 0, 1/depths, ... (depths-1)/depths of the filler
-    keys: int = 5                       # random keys per (length, depth) cell, the same for every model
+    keys: int = 5                       # random keys per (length, depth) cell, same for every model
     avg_up_to: float = 8.0              # report the mean accuracy over lengths up to this many L
     seed: int = 2024                    # the keys
     plot_only: bool = False             # redraw from passkey.csv alone
     device: str = "auto"                # auto | cpu | cuda | mps
-    dtype: str = "auto"                 # auto (CUDA: bf16 where native, else fp16) | float32 | bfloat16 | float16
+    dtype: str = "auto"                 # auto | float32 | bfloat16 | float16
+                                        # (auto on CUDA: bf16 where native, else fp16)
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
 
@@ -64,20 +68,23 @@ def summarise(out_dir, rows, L, avg_up_to):
     """Mean accuracy per method over lengths <= avg_up_to * L; a markdown table by length."""
     methods = list(dict.fromkeys(r[0] for r in rows))
     lengths = sorted({r[1] for r in rows})
-    by = {(m, n): np.mean([r[3] for r in rows if r[0] == m and r[1] == n]) for m in methods for n in lengths}
+    by = {(m, n): np.mean([r[3] for r in rows if r[0] == m and r[1] == n])
+          for m in methods for n in lengths}
     if min(lengths) > avg_up_to * L:
         raise UserError(f"--avg_up_to={avg_up_to:g} is below every evaluated length; raise it")
     avg = {m: float(np.mean([by[m, n] for n in lengths if n <= avg_up_to * L])) for m in methods}
     upto = max(n for n in lengths if n <= avg_up_to * L) / L  # the longest length in the mean
-    lines = ["| method | " + " | ".join(length_name(n / L) for n in lengths) + f" | mean up to {length_name(upto)} |",
+    lines = ["| method | " + " | ".join(length_name(n / L) for n in lengths)
+             + f" | mean up to {length_name(upto)} |",
              "|---|" + "---:|" * (len(lengths) + 1)]
     for m in methods:
-        lines.append(f"| {m} | " + " | ".join(f"{by[m, n]:.0%}" for n in lengths) + f" | {avg[m]:.0%} |")
+        lines.append(f"| {m} | " + " | ".join(f"{by[m, n]:.0%}" for n in lengths)
+                     + f" | {avg[m]:.0%} |")
     table = "\n".join(lines)
     atomic_write_text(os.path.join(out_dir, "passkey.md"), table + "\n")
-    write_json(os.path.join(out_dir, "passkey.json"), {"train_len": L, "avg_up_to": upto, "mean_accuracy": avg,
-                                                      "by_length": {m: {str(n): by[m, n] for n in lengths}
-                                                                    for m in methods}})
+    write_json(os.path.join(out_dir, "passkey.json"),
+               {"train_len": L, "avg_up_to": upto, "mean_accuracy": avg,
+                "by_length": {m: {str(n): by[m, n] for n in lengths} for m in methods}})
     return table, avg
 
 
@@ -104,17 +111,21 @@ def main():
     models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}
     Ls = {m.config.block_size for m, _ in models.values()}
     if len(Ls) > 1:
-        raise UserError(f"these checkpoints have different training lengths {sorted(Ls)}; use separate --out_dir")
+        raise UserError(f"these checkpoints have different training lengths {sorted(Ls)}; "
+                        "use separate --out_dir")
     L = Ls.pop()
     # each model gets prompts in its own start-token mode (Dataset.for_model checks the data)
-    pks = {name: Dataset.for_model(model.config, ckpt, cfg.dataset).passkey() for name, (model, ckpt) in models.items()}
+    pks = {name: Dataset.for_model(model.config, ckpt, cfg.dataset).passkey()
+           for name, (model, ckpt) in models.items()}
     lengths = length_list(cfg.lengths, L)
     need = max(pk.shortest() for pk in pks.values())
     if min(lengths) < need:
-        raise UserError(f"length {min(lengths)} is shorter than the passkey template and its answer ({need} tokens)")
+        raise UserError(f"length {min(lengths)} is shorter than the passkey template "
+                        f"and its answer ({need} tokens)")
     rng = np.random.default_rng(cfg.seed)
     keys = rng.integers(10000, 100000, size=(len(lengths), cfg.depths, cfg.keys)).tolist()
-    rows = [r for r in plot.passkey_rows(csv_path) if r[0] not in models] if os.path.exists(csv_path) else []
+    rows = ([r for r in plot.passkey_rows(csv_path) if r[0] not in models]
+            if os.path.exists(csv_path) else [])
     for name, (model, _) in models.items():
         model.eval()
         pk = pks[name]
@@ -125,8 +136,8 @@ def main():
                 acc = accuracy(model, pk, n, depth, keys[i][j], device, ctx)
                 rows.append((name, n, depth, acc, cfg.keys))
                 accs.append(acc)
-            print(f"{name:>28} n={n:5d}: accuracy {np.mean(accs):.0%} over {cfg.depths} depths x {cfg.keys} keys",
-                  flush=True)
+            print(f"{name:>28} n={n:5d}: accuracy {np.mean(accs):.0%} "
+                  f"over {cfg.depths} depths x {cfg.keys} keys", flush=True)
         write_csv(csv_path, rows, ["method", "length", "depth", "accuracy", "n"])
     table, avg = summarise(cfg.out_dir, rows, L, cfg.avg_up_to)
     print(table)

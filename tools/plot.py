@@ -2,9 +2,10 @@
 Every figure of the project, drawn from saved files alone: no model is loaded, nothing is
 measured here, so a figure can be changed and redrawn in seconds.
 
-    python tools/plot.py --study=out/study              # all of a study's figures (eval/, scales/, passkey/)
+    python tools/plot.py --study=out/study   # all of a study's figures (eval/, scales/, passkey/)
     python tools/plot.py --eval_dir=out/eval --search_dir=out/nope/scales
-    python tools/plot.py --screen=out/sweep/screen.json # the recipe screen: the gap at L against tokens
+    python tools/plot.py --screen=out/sweep/screen.json   # the recipe screen: the gap at L
+                                                          # against tokens
 
 reproduce.py, tools/passkey.py and tools/sweep.py --screen call the same functions. A method has
 one colour and line style in every figure (STYLE below): one colour per family (NoPE, RoPE and
@@ -24,9 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as python tools/plot.py: find the project
+# run as python tools/plot.py: find the project
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluate import excess, length_name, reference_of  # the one definition of a row's reference and excess
+# the one definition of a row's reference and excess
+from evaluate import excess, length_name, reference_of
 from tools.cli import UserError, parse_config, read_json, run_main
 from tools.findings import entropy_trend  # criterion (3)'s trend, drawn as findings.py fits it
 
@@ -38,9 +41,10 @@ OLIVE = "#8F7F00"  # the length-following rows: a darker yellow, readable on whi
 # the rows whose attention entropy a figure draws (evaluate.py --entropy_rows: reproduce.py measures
 # entropy for these alone, as each costs an explicit-softmax pass at the longest length)
 ENTROPY_ROWS = ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headslope_4L", "nope_notoken",
-                "hybrid", "hybrid_swa", "hybrid_llama4", "hybrid_headscale_4L", "drope", "drope_headscale_4L")
-SMOOTH = 4         # per-position curves: a moving average over L/SMOOTH positions (the paper: 100 at
-                   # L = 2048 over far more text; our 64 windows a length need a wider one)
+                "hybrid", "hybrid_swa", "hybrid_llama4", "hybrid_headscale_4L", "drope",
+                "drope_headscale_4L")
+SMOOTH = 4         # per-position curves: a moving average over L/SMOOTH positions (the paper:
+                   # 100 at L = 2048 over far more text; our 64 windows a length need a wider one)
 
 
 def shade(color, k):
@@ -105,8 +109,8 @@ def style(name):
                     "marker": "s" if kind == "ft" else "^",
                     "label": f"RoPE + {method.upper() if method != 'yarn' else 'YaRN'}, "
                              + ("fine-tuned" + at if kind == "ft" else "zero-shot")}
-        return {"color": shade(color, k) if color in (GREEN, PURPLE) else color, "ls": ls, "marker": marker,
-                "label": label}
+        return {"color": shade(color, k) if color in (GREEN, PURPLE) else color, "ls": ls,
+                "marker": marker, "label": label}
     return {"color": "#777777", "ls": "-", "marker": ".", "label": name}
 
 
@@ -137,8 +141,9 @@ def best_rope_extension(results, n):
 def mark_L(ax, L, text=True, scale=1):
     ax.axvline(L * scale, color="gray", ls="--", lw=0.8, zorder=0)
     if text:
-        ax.annotate("L (trained)", (L * scale, 0), xycoords=("data", "axes fraction"), xytext=(2, 2),
-                    textcoords="offset points", va="bottom", fontsize=8, color="gray")  # below the legends
+        ax.annotate("L (trained)", (L * scale, 0), xycoords=("data", "axes fraction"),
+                    xytext=(2, 2), textcoords="offset points", va="bottom", fontsize=8,
+                    color="gray")  # below the legends
 
 
 def length_axis(ax, L, lengths):
@@ -227,13 +232,14 @@ def hero(F, results, pos, ent):
     ax.set_ylabel("loss at position i (nats per token)")
     ax.set_title("(a) Past L, NoPE's loss rises above its own last-L reading")
     ax.legend(loc="upper left", frameon=False)
-    ax.text(0.99, 0.02, f"moving average over {width} positions (L/{SMOOTH})", transform=ax.transAxes,
-            ha="right", va="bottom", fontsize=7, color="gray")
+    ax.text(0.99, 0.02, f"moving average over {width} positions (L/{SMOOTH})",
+            transform=ax.transAxes, ha="right", va="bottom", fontsize=7, color="gray")
     # (b) attention entropy above the trend NoPE follows up to L
     ax = axes[1]
     rows = [r for r in ENTROPY_ROWS[:4] if r in ent]  # NoPE's, with the start token
     if "nope" in ent:
-        trend = entropy_trend(ent["nope"]["positions"], np.mean(ent["nope"]["entropy_bits"], (0, 1)), L)
+        trend = entropy_trend(ent["nope"]["positions"],
+                              np.mean(ent["nope"]["entropy_bits"], (0, 1)), L)
         nb = L
         for name in rows:
             e = ent[name]
@@ -256,14 +262,14 @@ def hero(F, results, pos, ent):
     ax.set_xlabel("query position i (tokens)")
     ax.set_ylabel("mean attention entropy minus NoPE's trend (bits)")
     ax.set_title("(b) Why: past L its attention spreads (entropy)")
-    ax.text(0.99, 0.02, "trend: a + b·log₂ i fitted to NoPE on L/4..L", transform=ax.transAxes, ha="right",
-            va="bottom", fontsize=7, color="gray")
+    ax.text(0.99, 0.02, "trend: a + b·log₂ i fitted to NoPE on L/4..L", transform=ax.transAxes,
+            ha="right", va="bottom", fontsize=7, color="gray")
     # (c) each remedy's excess over the same model reading only its last L positions
     ax = axes[2]
     lengths = methods["nope"]["lengths"]
     n4 = 4 * L if 4 * L in lengths else lengths[-1]
-    rows = ["nope", "rope", "nope_uniform_4L", "nope_headscale_4L", best_rope_extension(results, n4),
-            "nope_headslope_4L"]
+    rows = ["nope", "rope", "nope_uniform_4L", "nope_headscale_4L",
+            best_rope_extension(results, n4), "nope_headslope_4L"]
     for name in [r for r in rows if r and r in methods]:
         ex = excess(results, name)
         if ex:
@@ -280,18 +286,22 @@ def hero(F, results, pos, ent):
 
 
 def slope_row(name):
-    """A row whose lambda follows the position (reproduce.py --slopes): Qwen's logn, a slope set or fitted."""
+    """A row whose lambda follows the position (reproduce.py --slopes): Qwen's logn, a slope set
+    or fitted."""
     return name == "nope_logn" or "slope" in name
 
 
 FAMILIES = {  # figure -> (title, which rows)
     "loss_nope_remedies.png": ("NoPE and its remedies (λ fitted past L)",
-                               lambda n: n == "nope" or re.match(r"nope_(uniform|headscale|layer)_\d", n)
+                               lambda n: n == "nope"
+                               or re.match(r"nope_(uniform|headscale|layer)_\d", n)
                                and not slope_row(n)),
     "loss_rope_extensions.png": ("RoPE and its extensions (PI, NTK-aware, YaRN)",
-                                 lambda n: n == "rope" or n.startswith("rope_") and not n.endswith("window_L")),
+                                 lambda n: n == "rope"
+                                 or n.startswith("rope_") and not n.endswith("window_L")),
     "loss_length_following.png": ("λ that follows the position, against constant λ",
-                                  lambda n: n == "nope" or slope_row(n) or n in ("nope_uniform_4L", "nope_headscale_4L")),
+                                  lambda n: n == "nope" or slope_row(n)
+                                  or n in ("nope_uniform_4L", "nope_headscale_4L")),
     "loss_start_token.png": ("NoPE with and without the start token, RoPE",
                              lambda n: n in ("nope", "nope_notoken", "rope")),
 }
@@ -302,7 +312,8 @@ MODERN = (("NoPE (the paper)", "nope", ("nope_uniform_4L", "nope_headscale_4L"))
            ("hybrid_llama4", "hybrid_uniform_4L", "hybrid_headscale_4L")),
           ("hybrid_swa: RoPE layers windowed\n(Cohere)", "hybrid_swa",
            ("hybrid_swa_llama4", "hybrid_swa_uniform_4L", "hybrid_swa_headscale_4L")),
-          ("DroPE: RoPE dropped, recalibrated", "drope", ("drope_uniform_4L", "drope_headscale_4L")))
+          ("DroPE: RoPE dropped, recalibrated", "drope",
+           ("drope_uniform_4L", "drope_headscale_4L")))
 
 
 def families(F, results):
@@ -311,8 +322,10 @@ def families(F, results):
     lengths = sorted({n for m in methods.values() for n in m["lengths"]})
     for fn, (title, member) in FAMILIES.items():
         rows = [n for n in methods if member(n)]
-        if len(rows) < 2 or fn == "loss_length_following.png" and not any(slope_row(n) for n in rows):
-            F.skip(fn, "fewer than two of its rows" if len(rows) < 2 else "no length-following rows (--slopes)")
+        if (len(rows) < 2
+                or fn == "loss_length_following.png" and not any(slope_row(n) for n in rows)):
+            F.skip(fn, "fewer than two of its rows" if len(rows) < 2
+                   else "no length-following rows (--slopes)")
             continue
         fig, axes = F.plt.subplots(1, 2, figsize=(11, 4))
         refs = {ref for n in rows for ref in [reference_of(results, n)] if ref}
@@ -324,15 +337,18 @@ def families(F, results):
                 xs = sorted(ex)
                 line(axes[1], xs, [ex[x] for x in xs], name, lw=1.4, ms=4)
         axes[1].axhline(0, color=BLACK, ls=":", lw=1)
-        for ax, ylabel in zip(axes, ("mean loss (nats per token)", "excess over the same model reading its last L")):
+        for ax, ylabel in zip(axes, ("mean loss (nats per token)",
+                                     "excess over the same model reading its last L")):
             length_axis(ax, L, lengths)
             ax.set_xlabel("evaluation length n")
             ax.set_ylabel(ylabel)
         axes[0].set_title("mean loss over all positions")
         axes[1].set_title("what the long context costs (0: no cost)")
-        handles = dict(zip(*reversed(axes[0].get_legend_handles_labels())))  # label -> line, both panels
+        # label -> line, both panels
+        handles = dict(zip(*reversed(axes[0].get_legend_handles_labels())))
         handles.update(zip(*reversed(axes[1].get_legend_handles_labels())))
-        axes[1].legend(handles.values(), handles.keys(), loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+        axes[1].legend(handles.values(), handles.keys(), loc="upper left",
+                       bbox_to_anchor=(1.02, 1), frameon=False)
         fig.suptitle(title)
         fig.tight_layout()
         F.save(fig, fn)
@@ -344,20 +360,25 @@ def modern_families(F, results):
     lambda or HeadScale) and the same model reading its last L (grey, dotted): mean loss above,
     excess below, the panels of a row on one scale."""
     L, methods = results["train_len"], results["methods"]
-    families = [(t, base, [r for r in more if r in methods]) for t, base, more in MODERN if base in methods]
+    families = [(t, base, [r for r in more if r in methods]) for t, base, more in MODERN
+                if base in methods]
     if not any(base != "nope" for _, base, _ in families):
         return None  # drawn only for a study run with --modern
     lengths = sorted({n for m in methods.values() for n in m["lengths"]})
-    fig, axes = F.plt.subplots(2, len(families), figsize=(3.6 * len(families), 6.4), sharey="row", squeeze=False)
+    fig, axes = F.plt.subplots(2, len(families), figsize=(3.6 * len(families), 6.4),
+                               sharey="row", squeeze=False)
     for col, (title, base, remedies) in enumerate(families):
         at = 4 * L if 4 * L in lengths else lengths[-1]
-        best = min(remedies, key=lambda r: dict(zip(methods[r]["lengths"], methods[r]["loss"])).get(at, math.inf),
+        best = min(remedies, key=lambda r: dict(zip(methods[r]["lengths"],
+                                                    methods[r]["loss"])).get(at, math.inf),
                    default=None)
         ref = reference_of(results, base)
-        for name, color, ls, marker in ((base, BLUE, "-", "o"), (best, GREEN, "--", "^"), (ref, "gray", ":", None)):
+        for name, color, ls, marker in ((base, BLUE, "-", "o"), (best, GREEN, "--", "^"),
+                                        (ref, "gray", ":", None)):
             if name is None:
                 continue
-            m, kw = methods[name], dict(color=color, ls=ls, marker=marker, lw=1.5, ms=4, label=style(name)["label"])
+            m, kw = methods[name], dict(color=color, ls=ls, marker=marker, lw=1.5, ms=4,
+                                        label=style(name)["label"])
             axes[0, col].plot(m["lengths"], m["loss"], **kw)
             ex = excess(results, name)
             if ex:
@@ -370,7 +391,8 @@ def modern_families(F, results):
         axes[1, col].set_xlabel("evaluation length n")
     axes[0, 0].set_ylabel("mean loss (nats per token)")
     axes[1, 0].set_ylabel("excess over itself reading its last L")
-    fig.suptitle("NoPE as used since the paper: each recipe, its best remedy at 4L, and itself reading its last L")
+    fig.suptitle("NoPE as used since the paper: each recipe, its best remedy at 4L, "
+                 "and itself reading its last L")
     fig.tight_layout()
     F.save(fig, "loss_modern.png")
 
@@ -394,8 +416,9 @@ def position_loss(F, results, pos):
     mark_L(ax, L)
     ax.set_xlabel("position i in the window (tokens)")
     ax.set_ylabel("loss at position i (nats per token)")
-    ax.set_title(f"Past L the loss rises for every model reading the whole window, not for the dotted ones "
-                 f"reading their last L\n(per-position loss, moving average over {width} positions = L/{SMOOTH})")
+    ax.set_title(f"Past L the loss rises for every model reading the whole window, "
+                 f"not for the dotted ones reading their last L\n"
+                 f"(per-position loss, moving average over {width} positions = L/{SMOOTH})")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     fig.tight_layout()
     F.save(fig, "position_loss.png")
@@ -413,7 +436,8 @@ def entropy_modern(F, results, ent):
     """Does attention stay sharp past L? Mean entropy of the NoPE layers (a hybrid's NoPE layers,
     every layer of NoPE and DroPE) against position, for the rows of reproduce.py --modern."""
     L, methods = results["train_len"], results["methods"]
-    rows = [r for r in ENTROPY_ROWS if r in ent and r in methods and ent[r].get("layer_bits_per_position")
+    rows = [r for r in ENTROPY_ROWS
+            if r in ent and r in methods and ent[r].get("layer_bits_per_position")
             and (r.startswith(("hybrid", "drope")) or r in ("nope", "nope_headscale_4L"))]
     if not any(r.startswith(("hybrid", "drope")) for r in rows):
         return None  # drawn only for a study run with --modern
@@ -432,7 +456,8 @@ def entropy_modern(F, results, ent):
     mark_L(ax, L)
     ax.set_xlabel("query position i")
     ax.set_ylabel("mean entropy of the NoPE layers' heads (bits)")
-    ax.set_title(f"Attention entropy of the layers without position encoding (moving average over {width})")
+    ax.set_title(f"Attention entropy of the layers without position encoding "
+                 f"(moving average over {width})")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     fig.tight_layout()
     F.save(fig, "entropy_modern.png")
@@ -442,14 +467,16 @@ def entropy_layers(F, results, ent):
     """Mean attention entropy per layer against position for NoPE at lambda = 1 and its 4L
     remedies, with the bound of uniform attention, log2(i): on a linear axis, so a bend shows."""
     L = results["train_len"]
-    rows = [r for r in ENTROPY_ROWS[:5] if r in ent and ent[r].get("layer_bits_per_position")]  # NoPE's
+    rows = [r for r in ENTROPY_ROWS[:5]
+            if r in ent and ent[r].get("layer_bits_per_position")]  # NoPE's
     if "nope" not in rows:
         return F.skip("entropy.png", "no per-position entropy of nope in entropy.json")
     width = max(1, L // SMOOTH)
     per_layer = {r: np.asarray(ent[r]["layer_bits_per_position"]) for r in rows}  # (n_layer, n)
     n_layer, n = per_layer["nope"].shape
     cols = min(n_layer, 4)
-    fig, axes = F.plt.subplots(-(-n_layer // cols), cols, figsize=(3.6 * cols, 3.3 * -(-n_layer // cols)),
+    fig, axes = F.plt.subplots(-(-n_layer // cols), cols,
+                               figsize=(3.6 * cols, 3.3 * -(-n_layer // cols)),
                                sharey=True, squeeze=False)
     x = np.arange(1, n + 1)
     for layer, ax in enumerate(axes.flat):
@@ -487,10 +514,12 @@ def lambda_grid(F, search_dir, uni):
     fig, axes = F.plt.subplots(1, 2, figsize=(11, 4))
     ax = axes[0]
     for name, s in sorted(uni["lengths"].items(), key=lambda kv: kv[1]["length"]):
-        pts = sorted((float(r["lam"]), float(r["loss"])) for r in grid if int(r["length"]) == s["length"])
+        pts = sorted((float(r["lam"]), float(r["loss"])) for r in grid
+                     if int(r["length"]) == s["length"])
         lam, loss = np.array(pts).T
         c = style(f"nope_uniform_{name}")["color"]
-        ax.plot(lam, loss - loss.min(), color=c, marker=".", label=f"n = {name}: best λ {s['best_lam']:.2f}")
+        ax.plot(lam, loss - loss.min(), color=c, marker=".",
+                label=f"n = {name}: best λ {s['best_lam']:.2f}")
         ax.plot([s["best_lam"]], [0], "o", color=c, ms=7, mfc="none")
     ax.set_ylim(-0.01, 0.3)  # the minimum is what matters; far from it the loss climbs steeply
     ax.set_xlabel("λ, the same for every head")
@@ -519,7 +548,8 @@ def lambda_grid(F, search_dir, uni):
 
 
 def read_head_table(path, key="scale"):
-    """(n_layer, n_head) array of a search_scales.py head_*.csv (key "scale") or headslope_*.csv ("slope")."""
+    """(n_layer, n_head) array of a search_scales.py head_*.csv (key "scale") or
+    headslope_*.csv ("slope")."""
     with open(path, encoding="utf-8") as f:
         rows = [(int(r["layer"]), int(r["head"]), float(r[key])) for r in csv.DictReader(f)]
     lam = np.zeros((max(r[0] for r in rows) + 1, max(r[1] for r in rows) + 1))
@@ -540,25 +570,28 @@ def head_entropy_near(e, length):
 
 
 def head_table(F, search_dir, fn, ent):
-    slopes = fn.startswith("headslope_")  # the slopes a_h of lambda_h(i) = 1 + a_h ln(max(i, L) / L)
+    # the slopes a_h of lambda_h(i) = 1 + a_h ln(max(i, L) / L)
+    slopes = fn.startswith("headslope_")
     lam = read_head_table(os.path.join(search_dir, fn), "slope" if slopes else "scale")
     fig, ax = F.plt.subplots(figsize=(1.6 + 0.7 * lam.shape[1], 1.2 + 0.6 * lam.shape[0]))
     im = ax.imshow(lam, cmap="cividis")
     mid = (lam.min() + lam.max()) / 2
     for (layer, head), v in np.ndenumerate(lam):
-        ax.text(head, layer, f"{v:.2f}", ha="center", va="center", fontsize=7, color="k" if v > mid else "w")
+        ax.text(head, layer, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                color="k" if v > mid else "w")
     ax.set_xticks(range(lam.shape[1]))
     ax.set_yticks(range(lam.shape[0]))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     what = "slope a" if slopes else "λ"
-    ax.set_title(f"{'Length-following' if slopes else 'HeadScale'} {what}, fitted at {fn.split('_', 1)[1][:-4]}",
-                 fontsize=9)
+    ax.set_title(f"{'Length-following' if slopes else 'HeadScale'} {what}, "
+                 f"fitted at {fn.split('_', 1)[1][:-4]}", fontsize=9)
     fig.colorbar(im, ax=ax, label=what)
     F.save(fig, f"scales_{fn[:-4]}.png")
     if slopes or "nope" not in ent:
         return
-    # the paper's Fig. 5: per-head entropy at the target length (lambda = 1) against the fitted lambda
+    # the paper's Fig. 5: per-head entropy at the target length (lambda = 1) against the
+    # fitted lambda
     meta = read_json(os.path.join(search_dir, fn[:-4] + ".json"))
     h = head_entropy_near(ent["nope"], meta["length"])  # (layers, heads)
     if h is None:
@@ -610,7 +643,8 @@ def draw_passkey(out_dir, rows, avg, L):
         F.save(fig, f"passkey_{m}.png")
     cols = min(3, len(methods))
     nrows = -(-len(methods) // cols)
-    fig, axes = F.plt.subplots(nrows, cols, figsize=(1 + cols * (0.8 + 0.7 * len(lengths)), nrows * 3.4),
+    fig, axes = F.plt.subplots(nrows, cols,
+                               figsize=(1 + cols * (0.8 + 0.7 * len(lengths)), nrows * 3.4),
                                squeeze=False, layout="constrained")
     for i, (ax, m) in enumerate(zip(axes.flat, methods)):
         im = draw(ax, m, first_column=i % cols == 0)
@@ -625,13 +659,15 @@ def draw_passkey(out_dir, rows, avg, L):
 def passkey_rows(path):
     """passkey.csv -> [(method, length, depth, accuracy, n)]"""
     with open(path, encoding="utf-8") as f:
-        return [(r["method"], int(r["length"]), float(r["depth"]), float(r["accuracy"]), int(r["n"]))
+        return [(r["method"], int(r["length"]), float(r["depth"]), float(r["accuracy"]),
+                 int(r["n"]))
                 for r in csv.DictReader(f)]
 
 
 def read_passkey(out_dir):
     info = read_json(os.path.join(out_dir, "passkey.json"))
-    return passkey_rows(os.path.join(out_dir, "passkey.csv")), info["mean_accuracy"], info["train_len"]
+    return (passkey_rows(os.path.join(out_dir, "passkey.csv")), info["mean_accuracy"],
+            info["train_len"])
 
 
 # -----------------------------------------------------------------------------
@@ -649,10 +685,12 @@ def draw_screen(path):
     for (recipe, seed), p in pairs.items():
         if {"nope", "rope"} <= set(p):
             base = re.sub(r"_x[\d.]+$", "", recipe)
-            fam.setdefault(base, []).append((p["nope"]["tokens"], p["nope"]["final_val_loss"] /
-                                             p["rope"]["final_val_loss"] - 1, p["nope"]["final_val_bpb"],
-                                             p["rope"]["final_val_bpb"]))
-    fam = {k: v for k, v in fam.items() if len({t for t, *_ in v}) > 1}  # a curve needs two token counts
+            fam.setdefault(base, []).append(
+                (p["nope"]["tokens"],
+                 p["nope"]["final_val_loss"] / p["rope"]["final_val_loss"] - 1,
+                 p["nope"]["final_val_bpb"], p["rope"]["final_val_bpb"]))
+    # a curve needs two token counts
+    fam = {k: v for k, v in fam.items() if len({t for t, *_ in v}) > 1}
     if not fam:
         F.skip("gap_vs_tokens.png", "no recipe family with two token counts")
         return F.drawn, F.skipped
@@ -667,8 +705,8 @@ def draw_screen(path):
         axes[1].plot(tokens, [m[2] for m in mean], "-o", color=c, ms=4, label=f"{base}: NoPE")
         axes[1].plot(tokens, [m[3] for m in mean], "--s", color=c, ms=4, label=f"{base}: RoPE")
     axes[0].axhline(5, color="gray", ls="--", lw=0.8)
-    axes[0].annotate("finding 1: within 5%", (1, 5), xycoords=("axes fraction", "data"), ha="right", va="bottom",
-                     fontsize=8, color="gray")
+    axes[0].annotate("finding 1: within 5%", (1, 5), xycoords=("axes fraction", "data"),
+                     ha="right", va="bottom", fontsize=8, color="gray")
     axes[0].set_ylabel("NoPE's loss above RoPE's at L (%)")
     axes[0].set_title("NoPE's gap to RoPE at L against training tokens (dots: seeds)")
     axes[1].set_ylabel("validation loss at L (bits per byte)")
@@ -686,9 +724,11 @@ def draw_screen(path):
 
 @dataclass
 class PlotConfig:
-    study: str = ""                     # a reproduce.py folder: draws eval/ (with scales/) and passkey/
-    eval_dir: str = ""                  # an evaluate.py folder (results.json, positions.json, entropy.json)
-    search_dir: str = ""                # a search_scales.py folder (uniform.json, grid.csv, head_*.csv)
+    study: str = ""                     # a reproduce.py folder: eval/ (with scales/) and passkey/
+    eval_dir: str = ""                  # an evaluate.py folder
+                                        # (results.json, positions.json, entropy.json)
+    search_dir: str = ""                # a search_scales.py folder
+                                        # (uniform.json, grid.csv, head_*.csv)
     passkey_dir: str = ""               # a passkey.py folder (passkey.csv, passkey.json)
     screen: str = ""                    # sweep.py --screen's screen.json
 
@@ -706,9 +746,11 @@ def main():
         cfg.eval_dir = cfg.eval_dir or os.path.join(cfg.study, "eval")
         cfg.search_dir = cfg.search_dir or os.path.join(cfg.study, "scales")
         pk = os.path.join(cfg.study, "passkey")
-        cfg.passkey_dir = cfg.passkey_dir or (pk if os.path.exists(os.path.join(pk, "passkey.csv")) else "")
+        cfg.passkey_dir = cfg.passkey_dir or (pk if os.path.exists(os.path.join(pk, "passkey.csv"))
+                                              else "")
     if not (cfg.eval_dir or cfg.passkey_dir or cfg.screen):
-        raise UserError("nothing to draw: give --study=DIR, --eval_dir=DIR, --passkey_dir=DIR or --screen=FILE")
+        raise UserError("nothing to draw: give --study=DIR, --eval_dir=DIR, --passkey_dir=DIR "
+                        "or --screen=FILE")
     if cfg.search_dir and not os.path.isdir(cfg.search_dir):
         raise UserError(f"--search_dir={cfg.search_dir} is not a folder")
     if cfg.eval_dir:

@@ -27,7 +27,8 @@ FILES = ("model.py", "search_scales.py", "evaluate.py")
 MISTAKES = [  # (task, points lost, file, the project's text, the wrong text)
     ("T1", 10, "model.py", "torch.log(i.clamp(min=L) / L)", "torch.log(i / L)"),
     ("T2", 20, "model.py", ".sum(-1) / math.log(2)", ".sum(-1)"),
-    ("T3", 10, "search_scales.py", '"best_lam": float(lams[mean.argmin()])', '"best_lam": float(lams[mean.argmax()])'),
+    ("T3", 10, "search_scales.py", '"best_lam": float(lams[mean.argmin()])',
+     '"best_lam": float(lams[mean.argmax()])'),
     ("T4", 10, "search_scales.py", "keep = x >= 0", "keep = x > 0"),
     ("T5", 30, "search_scales.py", "weight_decay=0.0)", "weight_decay=0.01)"),
     ("T6", 20, "evaluate.py", "s = max(1, context // 8)", "s = context // 8"),
@@ -52,8 +53,8 @@ def main():
         raise UserError(f"--students must be at least 1, got {cfg.students}")
     with tempfile.TemporaryDirectory(prefix="nanonope_rehearse_") as tmp:
         blank = Path(tmp) / "copy"
-        done = subprocess.run([sys.executable, "tools/classroom.py", "student", str(blank)], cwd=ROOT,
-                              capture_output=True, text=True)
+        done = subprocess.run([sys.executable, "tools/classroom.py", "student", str(blank)],
+                              cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             raise UserError(f"the student copy failed: {done.stderr.strip()[-300:]}")
         rows = []
@@ -74,7 +75,8 @@ def main():
                 kind = f"wrong {tid}"
             rows.append([folder.name, kind, total])
     write_csv(os.path.join(out, "expected.csv"), rows, ["student", "kind", "total"])
-    print(f"wrote {cfg.students} students into {out}, and their expected totals in {out}/expected.csv")
+    print(f"wrote {cfg.students} students into {out}, "
+          f"and their expected totals in {out}/expected.csv")
 
 
 if __name__ == "__main__":
