@@ -36,7 +36,7 @@ import pytest
 
 from tools.kit import remote, sandbox
 from tools.kit.report import plain
-from tools.kit.source import task_of
+from tools.kit.source import resolve, task_of
 
 SPEC = "NANONOPE_JUDGE"
 SIGNALS = {
@@ -144,7 +144,7 @@ def pytest_configure(config):
     for tid, task in spec["tasks"].items():
         link = State.links[tid] = remote.Link(pool, tid, task["limit_s"])
         for name in task["functions"]:
-            own = remote.resolve(name)
+            own = resolve(name)
             stub = task.get("stubs", {}).get(name)
             stand_in = Stub(own.__name__, stub) if stub is not None else remote.StandIn(link, name, own)
             State.swaps.append((tid, own.__name__, own, stand_in))

@@ -6,7 +6,7 @@ range over the seeds: the expected ranges a teacher checks the lab against
 
 from pathlib import Path
 
-from tools.cli import UserError
+from tools.cli import UserError, write_csv
 from tools.kit.report import csv_cell, plain
 
 
@@ -109,22 +109,15 @@ KEY_SEEDS = range(1337, 1342)  # the seeds the expected ranges were measured on:
 def assign_seeds(students_csv, out, first=2001):
     """ranges --assign: a roster with one seed a student (from `first`, none of the key's), from
     a CSV with a `folder` column (the names the hand-ins carry)."""
-    import csv
-    import io
-
-    from tools.cli import atomic_write_text
     from tools.kit.gradebook import read_roster
 
     roster, columns = read_roster(students_csv)
     if not out:
         raise UserError("ranges --assign writes a roster with one seed a student: give --roster=FILE")
     seeds = (s for s in range(first, first + 10 * len(roster) + 10) if s not in KEY_SEEDS)
-    text = io.StringIO()
-    w = csv.writer(text, lineterminator="\n")
-    w.writerow(["folder", *[c for c in columns if c != "seed"], "seed"])
-    for name, info in sorted(roster.items()):
-        w.writerow([name, *[info[c] for c in columns if c != "seed"], next(seeds)])
-    atomic_write_text(out, text.getvalue())
+    kept = [c for c in columns if c != "seed"]
+    write_csv(out, [[name, *[info[c] for c in kept], next(seeds)] for name, info in sorted(roster.items())],
+              ["folder", *kept, "seed"])
     print(f"wrote {out}: one seed a student for {len(roster)} students (none of the key's, 1337-1341)")
 
 
@@ -160,7 +153,7 @@ def check_handins(folder, cfg):
     --roster (a `folder` and a `seed` column: ranges --assign makes one), the hand-in's seed
     must be the student's own; numbers equal to the key's or to another student's are flagged.
     A malformed hand-in is a row with its reason, never a stop."""
-    from tools.cli import atomic_write_text, read_json
+    from tools.cli import read_json
     from tools.kit.gradebook import read_roster
 
     if not EXPECTED.exists():
@@ -226,14 +219,7 @@ def check_handins(folder, cfg):
             f"| {r['student']} | {r['seed']} | {r['numbers']} | {r['outside']} | {r['details']} |"
         )
     if cfg.csv:
-        import csv
-        import io
-
-        text = io.StringIO()
-        w = csv.DictWriter(
-            text, ["student", "seed", "numbers", "outside", "details"], lineterminator="\n"
-        )
-        w.writeheader()
-        w.writerows({k: csv_cell(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows)
-        atomic_write_text(cfg.csv, text.getvalue())
+        header = ["student", "seed", "numbers", "outside", "details"]
+        write_csv(cfg.csv, [[csv_cell(v) if isinstance(v, str) else v for v in map(r.get, header)]
+                            for r in rows], header)
     return rows

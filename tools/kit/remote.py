@@ -28,14 +28,14 @@ in the judge.
 """
 
 import contextlib
-import importlib
 import os
 import sys
 import time
 
 from tools.kit.report import plain
-from tools.kit.wire import (Budget, Reader, WireError, from_wire, load_model_state, model_state,
-                            receive, send, to_wire)
+from tools.kit.source import resolve
+from tools.kit.wire import (Budget, Reader, WireError, context, from_wire, load_model_state,
+                            model_state, models_of, modes, receive, send, to_wire, under)
 
 
 class StudentError(Exception):
@@ -48,15 +48,6 @@ class TaskEnded(Exception):
     def __init__(self, code):
         super().__init__(code)
         self.code = code if isinstance(code, int) else None
-
-
-def resolve(spec):
-    """The function (or class attribute) "path.py:qualname" names, imported."""
-    path, _, qualname = spec.partition(":")
-    obj = importlib.import_module(path.removesuffix(".py").replace("/", "."))
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 # -----------------------------------------------------------------------------
@@ -313,8 +304,6 @@ class Link:
         raise StudentError(reason)
 
     def call(self, stand_in, args, kwargs, observe=False):
-        import torch
-
         if self.dead:
             raise StudentError(f"not run: {self.dead}")
         if self.deadline is None:
@@ -328,12 +317,8 @@ class Link:
                 "fn": stand_in.spec,
                 "args": to_wire(list(args), refs),
                 "kwargs": to_wire(kwargs, refs),
-                "grad": torch.is_grad_enabled(),
                 "observe": observe,
-                "autocast": (
-                    torch.is_autocast_enabled("cpu"),
-                    str(torch.get_autocast_dtype("cpu")).removeprefix("torch."),
-                ),
+                **modes(),
             }
             request["models"] = refs.models()
         except WireError as e:
@@ -448,37 +433,18 @@ class Worker:
         return from_wire(value, self.make)
 
     def make(self, kind, payload):
-        import torch
-
         if kind == "model":
             return self.models[payload]
         if kind == "iterator":
             return _Iterator(self, payload)
-        if kind == "nullcontext":
-            return contextlib.nullcontext()
-        if kind == "autocast":
-            device, dtype, enabled = payload
-            return torch.autocast(device, dtype=getattr(torch, dtype), enabled=enabled)
-        raise WireError(f"unknown kind {kind}")
+        return context(kind, payload)
 
     def run(self, request):
-        import torch
-        from model import GPT, GPTConfig
-
-        self.models = {}
-        for n, state in request["models"].items():
-            model = GPT(GPTConfig(**state["config"]))
-            load_model_state(model, state)
-            self.models[n] = model
+        self.models = models_of(request["models"])
         fn = resolve(request["fn"])
         args, kwargs = from_wire(request["args"], self.make), from_wire(request["kwargs"], self.make)
-        enabled, dtype = request["autocast"]
         observer = make_observer() if request["observe"] else contextlib.nullcontext()
-        with (
-            torch.set_grad_enabled(request["grad"]),
-            torch.autocast("cpu", dtype=getattr(torch, dtype), enabled=enabled),
-            observer,
-        ):
+        with under(request), observer:
             value = fn(*args, **kwargs)
         seen = observer.seen() if request["observe"] else None
         return value, (data_of(args), data_of(kwargs)), seen

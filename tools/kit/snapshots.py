@@ -24,9 +24,9 @@ import math
 import os
 from pathlib import Path
 
-from tools.kit.remote import Refs, data_of, make_observer, resolve, same
-from tools.kit.source import task_of
-from tools.kit.wire import TAG, from_wire, load_model_state, model_state, to_wire
+from tools.kit.remote import Refs, data_of, make_observer, same
+from tools.kit.source import owner, resolve, task_of
+from tools.kit.wire import TAG, context, from_wire, model_state, models_of, modes, to_wire, under
 
 RECORD = "NANONOPE_RECORD"
 ATOL, RTOL = 2e-4, 1e-4
@@ -79,8 +79,6 @@ class Recorder:
         return out, seen
 
     def call(self, args, kwargs, observe, bound=None):
-        import torch
-
         if _Recording.current is None or task_of(_Recording.current) != self.tid:
             return self.run(args, kwargs, observe)
         refs = Refs()
@@ -90,17 +88,13 @@ class Recorder:
             "args": wire_args,
             "kwargs": wire_kwargs,
             "models": refs.models(),
-            "grad": torch.is_grad_enabled(),
-            "autocast": (
-                torch.is_autocast_enabled("cpu"),
-                str(torch.get_autocast_dtype("cpu"))[6:],
-            ),
+            **modes(),
             "items": {},
         }
 
         def make(kind, n):
             if kind in ("nullcontext", "autocast"):
-                return _context(kind, n)
+                return context(kind, n)
             obj = refs.items[n][0]
             if kind == "iterator":
                 return _Iterator(obj, call["items"].setdefault(n, []))
@@ -129,15 +123,11 @@ class Recorder:
 def pytest_configure(config):
     if not os.environ.get(RECORD):
         return
-    import importlib
-
     spec = _Recording.spec = json.loads(Path(os.environ[RECORD]).read_text(encoding="utf-8"))
     for tid, functions in spec["tasks"].items():
         for name in functions:
-            path, _, qualname = name.partition(":")
-            owner = importlib.import_module(path.removesuffix(".py").replace("/", "."))
-            last = qualname.split(".")[-1]
-            setattr(owner, last, Recorder(tid, name, resolve(name)))
+            holder, attribute = owner(name)
+            setattr(holder, attribute, Recorder(tid, name, resolve(name)))
 
 
 def pytest_runtest_setup(item):
@@ -204,37 +194,26 @@ def replay(name, calls):
     at the first result that differs from the project's."""
     import copy
 
-    import torch
-    from model import GPT, GPTConfig
-
     if not calls:
         raise AssertionError(f"{name}: no stored call (make the student copy again)")
     for k, call in enumerate(calls):
         where = f"call {k + 1} of {len(calls)}"
         fn = resolve(call["fn"])
-        models = {}
-        for n, state in call["models"].items():
-            models[n] = GPT(GPTConfig(**state["config"]))
-            load_model_state(models[n], state)
+        models = models_of(call["models"])
 
         def make(kind, n):
             if kind == "model":
                 return models[n]
             if kind == "iterator":
                 return _replayed(call["items"].get(n, []))
-            return _context(kind, n)
+            return context(kind, n)
 
         wire = copy.deepcopy((call["args"], call["kwargs"]))
         args, kwargs = from_wire(wire[0], make), from_wire(wire[1], make)
-        enabled, dtype = call["autocast"]
         observer = make_observer() if call["seen"] is not None else contextlib.nullcontext()
         raised = None
         try:
-            with (
-                torch.set_grad_enabled(call["grad"]),
-                torch.autocast("cpu", dtype=getattr(torch, dtype), enabled=enabled),
-                observer,
-            ):
+            with under(call), observer:
                 out = fn(*args, **kwargs)
         except NotImplementedError as e:
             other = str(e).split(":")[0]
@@ -287,17 +266,6 @@ def _replayed(items):
         if isinstance(item, tuple) and len(item) == 3 and item[0] == TAG and item[1] == "raise":
             raise RuntimeError(item[2])
         yield from_wire(item)
-
-
-def _context(kind, payload):
-    import contextlib
-
-    import torch
-
-    if kind == "nullcontext":
-        return contextlib.nullcontext()
-    device, dtype, enabled = payload
-    return torch.autocast(device, dtype=getattr(torch, dtype), enabled=enabled)
 
 
 def differs(got, want, what):

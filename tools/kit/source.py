@@ -40,6 +40,24 @@ def split_spec(spec):
     return path, qualname
 
 
+def owner(spec):
+    """(the imported module or class that holds what spec names, the attribute's name)."""
+    import importlib
+
+    path, qualname = split_spec(spec)
+    obj = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    *outer, name = qualname.split(".")
+    for part in outer:
+        obj = getattr(obj, part)
+    return obj, name
+
+
+def resolve(spec):
+    """The function (or class attribute) "path.py:qualname" names, imported."""
+    obj, name = owner(spec)
+    return getattr(obj, name)
+
+
 def task_of(check):
     """A check's task: test_T3_random_tables_against_loops[2] -> T3."""
     return check.split("_")[1]

@@ -241,3 +241,49 @@ def load_model_state(model, state):
         if grad is not None and (not isinstance(grad, torch.Tensor) or grad.shape != p.shape):
             raise WireError("a gradient that does not fit its weight")
         p.grad = None if grad is None else grad.to(p.dtype)
+
+
+def models_of(states):
+    """{number: a GPT rebuilt from model_state's data}: the models a call's arguments name."""
+    from model import GPT, GPTConfig
+
+    models = {}
+    for n, state in states.items():
+        models[n] = GPT(GPTConfig(**state["config"]))
+        load_model_state(models[n], state)
+    return models
+
+
+# -----------------------------------------------------------------------------
+# The caller's modes: grad and CPU autocast, captured as data where a call is made and set
+# again where it runs (the worker, or the student copy's replay)
+
+
+def modes():
+    import torch
+
+    dtype = str(torch.get_autocast_dtype("cpu")).removeprefix("torch.")
+    return {"grad": torch.is_grad_enabled(), "autocast": (torch.is_autocast_enabled("cpu"), dtype)}
+
+
+def under(call):
+    """A context that sets the modes captured in `call` (modes()'s keys)."""
+    import torch
+
+    enabled, dtype = call["autocast"]
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.set_grad_enabled(call["grad"]))
+    stack.enter_context(torch.autocast("cpu", dtype=getattr(torch, dtype), enabled=enabled))
+    return stack
+
+
+def context(kind, payload):
+    """A contextlib.nullcontext or torch.autocast argument, made again from to_wire's payload."""
+    import torch
+
+    if kind == "nullcontext":
+        return contextlib.nullcontext()
+    if kind == "autocast":
+        device, dtype, enabled = payload
+        return torch.autocast(device, dtype=getattr(torch, dtype), enabled=enabled)
+    raise WireError(f"unknown kind {kind}")
