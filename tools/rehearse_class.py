@@ -41,8 +41,8 @@ class RehearseConfig:
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    cfg = parse_config(RehearseConfig, [a for a in sys.argv[1:] if a.startswith("--")],
+    args = [a for a in sys.argv[1:] if not a.startswith("-")]  # -h and --key=value aside
+    cfg = parse_config(RehearseConfig, [a for a in sys.argv[1:] if a.startswith("-")],
                        description=__doc__)
     if len(args) != 1:
         raise UserError("usage: python tools/rehearse_class.py OUT_DIR [--students=N]")
