@@ -8,7 +8,7 @@ grade.py       the grader (grade): the snapshot, the worker's copies, the verdic
 judge.py       the pytest plugin that runs a task's tests against stand-ins
 remote.py      the stand-ins (the judge's side) and the worker (the sandbox's side)
 wire.py        what crosses between them: data only, counted while it is built
-sandbox.py     where the worker runs (bwrap, unshare, another user), its bounds, nothing outliving it
+sandbox.py     where the worker runs (bwrap, unshare, another user), its bounds; nothing outlives it
 report.py      what the teacher and the student read: console lines, results.json, plain text
 copyflag.py    the copy flag: winnowed fingerprints of each statement
 gradebook.py   a class at once (grade-all)

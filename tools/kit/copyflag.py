@@ -46,7 +46,8 @@ def depth(node):
 
 def bound_names(node):
     names = {a.arg for a in ast.walk(node) if isinstance(a, ast.arg)}
-    names |= {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+    names |= {n.id for n in ast.walk(node)
+              if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     names |= {n.name for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     return names
 

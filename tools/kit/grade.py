@@ -68,8 +68,9 @@ def stub_message(node):
     one `raise NotImplementedError(...)` of a constant), or None."""
     import ast
 
-    body = node.body[1:] if (node.body and isinstance(node.body[0], ast.Expr) and isinstance(
-        node.body[0].value, ast.Constant) and isinstance(node.body[0].value.value, str)) else node.body
+    body = node.body[1:] if (node.body and isinstance(node.body[0], ast.Expr)
+                             and isinstance(node.body[0].value, ast.Constant)
+                             and isinstance(node.body[0].value.value, str)) else node.body
     if len(body) != 1 or not isinstance(body[0], ast.Raise) or body[0].cause is not None:
         return None
     exc = body[0].exc
@@ -115,7 +116,8 @@ def choose_submission(sub, tasks, most=20):
         return best[3], ""
     line = f"graded the folder {plain(rel(best[3]), 200)}: {best[0]} task functions written there"
     if rest:
-        line += "; also found " + ", ".join(f"{plain(rel(f[3]), 80)} ({f[0]} written)" for f in rest[:3])
+        line += "; also found " + ", ".join(f"{plain(rel(f[3]), 80)} ({f[0]} written)"
+                                            for f in rest[:3])
     return best[3], line
 
 
@@ -304,7 +306,8 @@ class Grader:
             finally:
                 with self.lock:
                     self.judges.discard(proc.pid)
-                    sandbox.kill_below(keep=self.judges)  # strays of this grading, none of another's
+                    # strays of this grading, none of another's
+                    sandbox.kill_below(keep=self.judges)
             out = judge / "results.json"
             if not out.exists():
                 return {}, "the tests did not run: " + plain(" | ".join(tail))

@@ -63,7 +63,9 @@ def when(text, what):
     try:
         t = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise UserError(f"{what} {text!r} is not an ISO 8601 time (2027-03-01T23:59:00+00:00)") from None
+        raise UserError(
+            f"{what} {text!r} is not an ISO 8601 time (2027-03-01T23:59:00+00:00)"
+        ) from None
     return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
 
 
@@ -75,11 +77,14 @@ def read_roster(path):
         with open(path, encoding="utf-8-sig", newline="") as f:
             rows = list(csv.DictReader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise UserError(f"--roster={path} cannot be read ({type(e).__name__}): a UTF-8 CSV") from None
+        raise UserError(
+            f"--roster={path} cannot be read ({type(e).__name__}): a UTF-8 CSV"
+        ) from None
     if not rows or "folder" not in rows[0]:
         raise UserError(f"--roster={path} needs a header with a `folder` column (and any others)")
     columns = [c for c in rows[0] if c and c != "folder"]
-    return {r["folder"].strip(): {c: (r.get(c) or "").strip() for c in columns} for r in rows}, columns
+    return {r["folder"].strip(): {c: (r.get(c) or "").strip() for c in columns}
+            for r in rows}, columns
 
 
 def late(info, deadline):
@@ -114,7 +119,9 @@ def grade_all(folder, ids, tasks, cfg, root):
 
     folder = Path(folder)
     if not folder.is_dir():
-        raise UserError(f"{folder} is not a folder: give the folder that holds one folder a student")
+        raise UserError(
+            f"{folder} is not a folder: give the folder that holds one folder a student"
+        )
     if not cfg.csv:
         raise UserError("grade-all writes a gradebook: give --csv=FILE")
     roster, columns = read_roster(cfg.roster)
@@ -125,7 +132,8 @@ def grade_all(folder, ids, tasks, cfg, root):
         if not students:
             raise UserError(f"--only={cfg.only}: {folder} holds no folder of that name")
         if not os.path.exists(cfg.csv):
-            raise UserError(f"--only updates a gradebook: {cfg.csv} does not exist yet (grade the class first)")
+            raise UserError(f"--only updates a gradebook: {cfg.csv} does not exist yet "
+                            "(grade the class first)")
     for name in skipped:
         print(f"skipped {plain(name, NAME_CHARS)}: not a student's folder")
     if not students:
@@ -164,7 +172,8 @@ def grade_all(folder, ids, tasks, cfg, root):
             row |= {c: csv_cell(info.get(c, "")) for c in columns}
             if results:
                 row |= {r["id"]: r["score"] for r in results}
-                problems = "; ".join(f"{r['id']}: {r['output']}" for r in results if not r["passed"])
+                problems = "; ".join(f"{r['id']}: {r['output']}" for r in results
+                                     if not r["passed"])
                 row["copied"] = " ".join(r["id"] for r in results if r.get("copied"))
             if cfg.only and sub.name in rows:
                 row["same_as"] = rows[sub.name].get("same_as", "")

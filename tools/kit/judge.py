@@ -81,10 +81,12 @@ class Log:
                 kept += min(room, len(chunk))
                 cut += max(0, len(chunk) - room)
             if cut:
-                log.write(f"\n[{cut} more bytes printed, cut: the log keeps {self.limit} bytes]\n".encode())
+                log.write(f"\n[{cut} more bytes printed, cut: "
+                          f"the log keeps {self.limit} bytes]\n".encode())
 
     def last_line(self):
-        """The last line printed, once the log has caught up (nothing read for 0.2 s; 3 s at most)."""
+        """The last line printed, once the log has caught up (nothing read for 0.2 s; 3 s at
+        most)."""
         start = time.monotonic()
         while time.monotonic() - self.read_at < 0.2 and time.monotonic() - start < 3:
             time.sleep(0.05)
@@ -146,7 +148,8 @@ def pytest_configure(config):
         for name in task["functions"]:
             own = resolve(name)
             stub = task.get("stubs", {}).get(name)
-            stand_in = Stub(own.__name__, stub) if stub is not None else remote.StandIn(link, name, own)
+            stand_in = (Stub(own.__name__, stub) if stub is not None
+                        else remote.StandIn(link, name, own))
             State.swaps.append((tid, own.__name__, own, stand_in))
     if any(len(t.get("stubs", {})) < len(t["functions"]) for t in spec["tasks"].values()):
         pool.acquire()  # the worker imports PyTorch while pytest collects

@@ -113,12 +113,16 @@ def assign_seeds(students_csv, out, first=2001):
 
     roster, columns = read_roster(students_csv)
     if not out:
-        raise UserError("ranges --assign writes a roster with one seed a student: give --roster=FILE")
+        raise UserError(
+            "ranges --assign writes a roster with one seed a student: give --roster=FILE"
+        )
     seeds = (s for s in range(first, first + 10 * len(roster) + 10) if s not in KEY_SEEDS)
     kept = [c for c in columns if c != "seed"]
-    write_csv(out, [[name, *[info[c] for c in kept], next(seeds)] for name, info in sorted(roster.items())],
+    write_csv(out, [[name, *[info[c] for c in kept], next(seeds)]
+                    for name, info in sorted(roster.items())],
               ["folder", *kept, "seed"])
-    print(f"wrote {out}: one seed a student for {len(roster)} students (none of the key's, 1337-1341)")
+    print(f"wrote {out}: one seed a student for {len(roster)} students "
+          "(none of the key's, 1337-1341)")
 
 
 def read_handin(f):
@@ -173,7 +177,8 @@ def check_handins(folder, cfg):
         raise UserError(f"--roster={cfg.roster} has no `seed` column: ranges --assign makes one")
     key = read_json(EXPECTED)
     expected = key["numbers"]
-    key_rows = [{k: v[i] for k, v in expected.items() if i < len(v)} for i in range(len(key.get("seeds", [])))]
+    key_rows = [{k: v[i] for k, v in expected.items() if i < len(v)}
+                for i in range(len(key.get("seeds", [])))]
     rows, seen = [], {}
     for f in files:
         row = {"student": plain(f.stem, 80), "seed": "", "outside": "", "numbers": 0, "details": ""}
@@ -192,7 +197,8 @@ def check_handins(folder, cfg):
         if str(seed) in {str(s) for s in KEY_SEEDS}:
             problems.append(f"seed {seed} is one of the key's")
         for i, k_row in enumerate(key_rows):
-            if k_row and all(abs(numbers.get(k, float("nan")) - v) < 1e-9 for k, v in k_row.items()):
+            if k_row and all(abs(numbers.get(k, float("nan")) - v) < 1e-9
+                             for k, v in k_row.items()):
                 problems.append(f"the numbers are the key's (seed {key['seeds'][i]})")
         same = next((n for n, other in seen.items() if other == numbers), None)
         if same:
@@ -208,10 +214,13 @@ def check_handins(folder, cfg):
             if v < lo or v > hi:
                 by = lo - v if v < lo else v - hi
                 outside.append(
-                    f"{k}: {v:.{d}f}, {'below' if v < lo else 'above'} {lo:.{d}f} – {hi:.{d}f} by {by:.{d}f}"
+                    f"{k}: {v:.{d}f}, {'below' if v < lo else 'above'} "
+                    f"{lo:.{d}f} – {hi:.{d}f} by {by:.{d}f}"
                 )
-        details = "; ".join(problems + outside + ([f"missing: {', '.join(missing)}"] if missing else []))
-        rows.append(row | {"outside": len(outside), "details": details or "every number inside its range"})
+        details = "; ".join(problems + outside
+                            + ([f"missing: {', '.join(missing)}"] if missing else []))
+        rows.append(row | {"outside": len(outside),
+                           "details": details or "every number inside its range"})
     print("| student | seed | numbers | outside | which, and by how much |")
     print("|---|---|---|---|---|")
     for r in rows:

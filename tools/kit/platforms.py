@@ -42,7 +42,8 @@ python3 -m venv "$ROOT/venv"
 "$ROOT/venv/bin/python" -m pip install -q "torch=={torch}" --index-url https://download.pytorch.org/whl/cpu
 "$ROOT/venv/bin/python" -m pip install -q -r "$ROOT/source/nanoNoPE/requirements.txt"
 # the student's code runs as this user when the container forbids namespaces (--sandbox=user)
-id -u nanonope-student >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin nanonope-student
+id -u nanonope-student >/dev/null 2>&1 \
+    || useradd --system --no-create-home --shell /usr/sbin/nologin nanonope-student
 chmod -R go-rwx "$ROOT/source"   # the secret and the project's own functions: root's alone
 """
 
@@ -56,8 +57,8 @@ mkdir -p "$ROOT/results"
 OUT="$ROOT/results/results.json"
 rm -f "$OUT"
 cd "$ROOT/source/nanoNoPE" || exit 0
-NANONOPE_SECRET="$(cat "$ROOT/source/secret.txt")" "$PY" tools/classroom.py grade "$ROOT/submission" \
-    --json="$OUT" --tasks={tasks} --timeout={timeout}
+NANONOPE_SECRET="$(cat "$ROOT/source/secret.txt")" "$PY" tools/classroom.py grade \
+    "$ROOT/submission" --json="$OUT" --tasks={tasks} --timeout={timeout}
 status=$?
 if [ ! -s "$OUT" ]; then  # the grader itself failed: every task at 0, and why in the teacher's log
     echo "tools/classroom.py grade exited with $status and wrote no results" >&2
@@ -67,7 +68,9 @@ exit 0
 """
 
 
-TORCH = "2.13.0"  # the PyTorch the platforms install: the one the kit, its tests and the lab's ranges were measured with
+# the PyTorch the platforms install: the one the kit, its tests and the lab's ranges were
+# measured with
+TORCH = "2.13.0"
 
 
 def torch_version():
@@ -82,7 +85,8 @@ def local_torch():
         version = metadata.version("torch")
     except metadata.PackageNotFoundError:
         return None
-    cuda = any((f.name or "").startswith("nvidia") for f in metadata.distributions()) or "+cu" in version
+    cuda = (any((f.name or "").startswith("nvidia") for f in metadata.distributions())
+            or "+cu" in version)
     return version.split("+")[0], not cuda
 
 
@@ -95,7 +99,8 @@ def gradescope(out, ids, tasks, secret, root, timeout):
         raise UserError(f"{out}: name a .zip file")
     if not secret:
         raise UserError(
-            "a Gradescope zip needs a secret: --secret=S or NANONOPE_SECRET (the seeds come from it)"
+            "a Gradescope zip needs a secret: --secret=S or NANONOPE_SECRET "
+            "(the seeds come from it)"
         )
     version = torch_version()
     broken = results_json(
@@ -133,8 +138,8 @@ def gradescope(out, ids, tasks, secret, root, timeout):
     tmp_out.write_bytes(buf.getvalue())
     os.replace(tmp_out, out)
     print(
-        f"wrote {out} ({len(buf.getvalue()) >> 10} KB): {', '.join(ids)}, PyTorch {version} (CPU build), "
-        f"{timeout} s a task; upload it as the assignment's autograder"
+        f"wrote {out} ({len(buf.getvalue()) >> 10} KB): {', '.join(ids)}, PyTorch {version} "
+        f"(CPU build), {timeout} s a task; upload it as the assignment's autograder"
     )
 
 
@@ -188,17 +193,21 @@ def try_zip(zip_path, submission, memory_mb=768, cpus=0.5):
     if group:
         usage = group_peak(group)
         memory = (
-            f"held to {memory_mb} MB: peak anonymous memory {peak / 2**20:.0f} MB, the cgroup's peak "
-            f"{usage / 2**20:.0f} MB with page cache"
+            f"held to {memory_mb} MB: peak anonymous memory {peak / 2**20:.0f} MB, "
+            f"the cgroup's peak {usage / 2**20:.0f} MB with page cache"
         )
         group[0].rmdir()
     else:
-        memory = f"peak resident memory of the process tree {peak / 2**20:.0f} MB (shared pages counted in each)"
+        memory = (
+            f"peak resident memory of the process tree {peak / 2**20:.0f} MB "
+            "(shared pages counted in each)"
+        )
     if cpu is not None:
         cpu.rmdir()
     where = f"on {cpus:g} of a CPU" if cpu is not None else "on this machine's CPUs"
     print(
-        f"tried {zip_path} on {submission}: score {results['score']}, {seconds:.1f} s {where}, {memory}"
+        f"tried {zip_path} on {submission}: score {results['score']}, "
+        f"{seconds:.1f} s {where}, {memory}"
     )
     return results, seconds, peak
 
@@ -214,16 +223,19 @@ def python_for_zip(venv, project):
         python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n', encoding="utf-8")
         python.chmod(0o755)
         return
-    print(f"PyTorch here is {here[0] if here else 'missing'}{'' if here and here[1] else ' (not a CPU build)'}: "
+    print(f"PyTorch here is {here[0] if here else 'missing'}"
+          f"{'' if here and here[1] else ' (not a CPU build)'}: "
           f"installing the zip's {TORCH} CPU build in a venv, as setup.sh does", flush=True)
     steps = [[sys.executable, "-m", "venv", str(venv)],
              [str(python), "-m", "pip", "install", "-q", f"torch=={TORCH}", "--index-url",
               "https://download.pytorch.org/whl/cpu"],
-             [str(python), "-m", "pip", "install", "-q", "-r", str(Path(project) / "requirements.txt")]]
+             [str(python), "-m", "pip", "install", "-q", "-r",
+              str(Path(project) / "requirements.txt")]]
     for step in steps:
         if subprocess.run(step).returncode != 0:
-            raise UserError(f"--try_on could not install the zip's PyTorch ({' '.join(step[-4:])}): "
-                            f"check the network, or run it where PyTorch {TORCH}'s CPU build is installed")
+            raise UserError(f"--try_on could not install the zip's PyTorch "
+                            f"({' '.join(step[-4:])}): check the network, or run it where "
+                            f"PyTorch {TORCH}'s CPU build is installed")
 
 
 def memory_group(limit):
@@ -301,7 +313,8 @@ def tree_memory(pid):
 # -----------------------------------------------------------------------------
 # Classroom 50 (foundation50/classroom50), the GitHub path since GitHub Classroom's end (2026-08-28)
 
-CLASSROOM50_PYTHON = "3.12"  # the runner's Python: one PyTorch has CPU wheels for (its default, 3.14, may not)
+# the runner's Python: one PyTorch has CPU wheels for (its default, 3.14, may not)
+CLASSROOM50_PYTHON = "3.12"
 
 
 def classroom50_tests(tasks):
@@ -315,7 +328,8 @@ def classroom50_tests(tasks):
             "timeout": 600, "points": 0}]
     for t in tasks:
         out.append({"name": f"{t['id']} {t['title']}"[:100], "type": "run",
-                    "run": f"python -m pytest tests/test_paper.py -q -p no:cacheprovider -k test_{t['id']}_",
+                    "run": f"python -m pytest tests/test_paper.py -q -p no:cacheprovider "
+                           f"-k test_{t['id']}_",
                     "timeout": 120, "points": t["points"]})
     return json.dumps(out, indent=1) + "\n"
 

@@ -81,7 +81,8 @@ def make_observer():
             self.sdpa |= any(s in str(func) for s in SDPA_NAMES)
             out = func(*args, **(kwargs or {}))
             for t in out if isinstance(out, (tuple, list)) else (out,):
-                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel() > self.largest:
+                if (isinstance(t, torch.Tensor) and t.is_floating_point()
+                        and t.numel() > self.largest):
                     self.largest, self.shape = t.numel(), tuple(t.shape)
             return out
 
@@ -364,7 +365,8 @@ class Link:
                 budget = Budget()
                 refs.take_back(from_wire(states, budget=budget))
                 after = from_wire(after, budget=budget)
-                if not (isinstance(after, tuple) and len(after) == 2 and isinstance(after[1], dict)):
+                if not (isinstance(after, tuple) and len(after) == 2
+                        and isinstance(after[1], dict)):
                     raise WireError("arguments that are not (args, kwargs)")
                 seen = from_wire(seen, budget=budget)
                 return "result", from_wire(value, budget=budget), after, seen
@@ -422,7 +424,8 @@ class Worker:
     def next_item(self, number):
         """The next item of an iterator of the test's; the models' mode and requires_grad flags
         go with the request (their weights come back with the result)."""
-        flags = {n: {"training": m.training, "requires_grad": [p.requires_grad for p in m.parameters()]}
+        flags = {n: {"training": m.training,
+                     "requires_grad": [p.requires_grad for p in m.parameters()]}
                  for n, m in self.models.items()}
         send(self.wfd, ("next", number, flags))
         answer, value = receive(self.reader)
@@ -442,7 +445,8 @@ class Worker:
     def run(self, request):
         self.models = models_of(request["models"])
         fn = resolve(request["fn"])
-        args, kwargs = from_wire(request["args"], self.make), from_wire(request["kwargs"], self.make)
+        args, kwargs = (from_wire(request["args"], self.make),
+                        from_wire(request["kwargs"], self.make))
         observer = make_observer() if request["observe"] else contextlib.nullcontext()
         with under(request), observer:
             value = fn(*args, **kwargs)

@@ -72,7 +72,8 @@ def console_lines(results):
         lines += [f"      fail  {c['name']}: {plain(c['why'], 160)}" for c in failed[:SHOWN]]
         if len(failed) > SHOWN:
             lines.append(
-                f"      ... and {len(failed) - SHOWN} more failed checks (every one in --json's output)"
+                f"      ... and {len(failed) - SHOWN} more failed checks "
+                "(every one in --json's output)"
             )
     return lines
 

@@ -204,8 +204,8 @@ def bwrap_args(copy, limits, inside=""):
         args += ["--symlink", os.readlink(p), p] if os.path.islink(p) else ["--ro-bind", p, p]
     for p in python_paths():
         args += ["--ro-bind", p, p]
-    args += ["--ro-bind", str(copy), TASK, "--chdir", f"{TASK}/{inside}".rstrip("/"), "--proc", "/proc",
-             "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
+    args += ["--ro-bind", str(copy), TASK, "--chdir", f"{TASK}/{inside}".rstrip("/"),
+             "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
     return args  # the environment: Popen's, an allow-list, passed on by bwrap
 
 
@@ -221,16 +221,20 @@ mkdir "$R/tmp"; mount -t tmpfs -o "mode=1777,size=${TMP_MB}m" nanonope "$R/tmp"
 for p in $PATHS; do
   if [ -L "$p" ]; then mkdir -p "$R$(dirname "$p")"; ln -s "$(readlink "$p")" "$R$p"
   elif [ -d "$p" ]; then mkdir -p "$R$p"; mount --rbind "$p" "$R$p"; mount -o remount,bind,ro "$R$p"
-  else mkdir -p "$R$(dirname "$p")"; touch "$R$p"; mount --bind "$p" "$R$p"; mount -o remount,bind,ro "$R$p"; fi
+  else mkdir -p "$R$(dirname "$p")"; touch "$R$p"; mount --bind "$p" "$R$p"
+    mount -o remount,bind,ro "$R$p"
+  fi
 done
 mkdir -p "$R/task"; mount --bind "$C" "$R/task"; mount -o remount,bind,ro "$R/task"
 mkdir "$R/proc"; mount -t proc proc "$R/proc"
 mount --bind "$R/proc/sys" "$R/proc/sys"; mount -o remount,bind,ro "$R/proc/sys"
-mkdir "$R/dev"; for d in null zero urandom random; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
+mkdir "$R/dev"
+for d in null zero urandom random; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
 mkdir "$R/.old"; cd "$R"; pivot_root . .old; umount -l /.old; rmdir /.old
 cd "/task/$INSIDE"
 unset OLDPWD PATHS TMP_MB INSIDE
-exec setpriv $DROP --pdeathsig KILL --no-new-privs --inh-caps=-all --ambient-caps=-all --bounding-set=-all -- "$@"
+exec setpriv $DROP --pdeathsig KILL --no-new-privs \
+    --inh-caps=-all --ambient-caps=-all --bounding-set=-all -- "$@"
 """
 
 
@@ -253,7 +257,8 @@ def command(method, copy, argv, limits=Limits(), slot=0, inside=""):
             kw |= {"user": uid, "group": gid, "extra_groups": []}
         return kw
     if method == "unshare":
-        drop = "--reuid={0} --regid={1} --clear-groups".format(*worker_uid(slot)) if as_root() else ""
+        drop = ("--reuid={0} --regid={1} --clear-groups".format(*worker_uid(slot)) if as_root()
+                else "")
         extra = {"PATHS": " ".join(system_paths() + python_paths()), "DROP": drop,
                  "TMP_MB": str(limits.tmpfs_mb), "INSIDE": inside}
         return {"args": unshare_args(copy, copy.parent / "root") + argv, "env": env | extra,

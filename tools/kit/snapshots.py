@@ -280,25 +280,33 @@ def differs(got, want, what):
         if not isinstance(got, torch.Tensor):
             return f"{what} is a {type(got).__name__}, not a tensor"
         if got.shape != want.shape or got.dtype != want.dtype:
-            return f"{what} is a {got.dtype} tensor of shape {tuple(got.shape)}, the project's {want.dtype} {tuple(want.shape)}"
+            return (
+                f"{what} is a {got.dtype} tensor of shape {tuple(got.shape)}, "
+                f"the project's {want.dtype} {tuple(want.shape)}"
+            )
         if want.is_floating_point():
             g, w = got.double(), want.double()
             # bfloat16 and float16: a few steps of the dtype either way (rounding the weights
             # first, or the output at the end, both as the handout allows)
             low = want.dtype in (torch.bfloat16, torch.float16)
             eps = torch.finfo(want.dtype).eps if low else 0.0
-            rtol, atol = max(RTOL, 4 * eps), max(ATOL, 4 * eps * float(w.abs().max()) if low and w.numel() else ATOL)
+            rtol, atol = (max(RTOL, 4 * eps),
+                          max(ATOL, 4 * eps * float(w.abs().max()) if low and w.numel() else ATOL))
             bad = ~(torch.isclose(g, w, rtol=rtol, atol=atol) | (torch.isnan(g) & torch.isnan(w)))
             if bad.any():
                 i = tuple(int(x) for x in bad.nonzero()[0])
-                return f"{what} differs at {list(i)}: {g[i].item():.6g}, the project's {w[i].item():.6g}"
+                return (
+                    f"{what} differs at {list(i)}: {g[i].item():.6g}, "
+                    f"the project's {w[i].item():.6g}"
+                )
         elif not torch.equal(got, want):
             return f"{what} differs: {got.tolist()[:8]}, the project's {want.tolist()[:8]}"
         return None
     if isinstance(want, dict):
         if not isinstance(got, dict) or set(got) != set(want):
             return (
-                f"{what} has keys {sorted(map(str, got)) if isinstance(got, dict) else type(got).__name__}, "
+                f"{what} has keys "
+                f"{sorted(map(str, got)) if isinstance(got, dict) else type(got).__name__}, "
                 f"the project's {sorted(map(str, want))}"
             )
         for key in want:
@@ -309,7 +317,8 @@ def differs(got, want, what):
     if isinstance(want, (list, tuple)):
         if not isinstance(got, (list, tuple)) or len(got) != len(want):
             return (
-                f"{what} has {len(got) if isinstance(got, (list, tuple)) else type(got).__name__} items, "
+                f"{what} has "
+                f"{len(got) if isinstance(got, (list, tuple)) else type(got).__name__} items, "
                 f"the project's {len(want)}"
             )
         for i, (g, w) in enumerate(zip(got, want)):

@@ -74,8 +74,9 @@ def record(snap, ids, tasks, out):
         if failed:
             tail = (done.stdout + done.stderr).strip().splitlines()[-1:]
             raise UserError(
-                f"the project's own checks of {t} fail at the public seeds ({', '.join(failed[:3])}; "
-                f"{' '.join(tail)}): fix the project before handing it out"
+                f"the project's own checks of {t} fail at the public seeds "
+                f"({', '.join(failed[:3])}; {' '.join(tail)}): "
+                "fix the project before handing it out"
             )
     spec.unlink()
 
@@ -89,11 +90,14 @@ with its docstring and a `raise NotImplementedError`. Each task's sheet says wha
 
     # Linux: PyTorch's CPU build first (PyPI's is a CUDA build of several GB)
     python3 -m venv .venv && . .venv/bin/activate
-    pip install torch --index-url https://download.pytorch.org/whl/cpu && pip install -r requirements.txt
+    pip install torch --index-url https://download.pytorch.org/whl/cpu \\
+        && pip install -r requirements.txt
     # macOS
-    python3 -m venv .venv && source .venv/bin/activate && pip install torch && pip install -r requirements.txt
+    python3 -m venv .venv && source .venv/bin/activate
+    pip install torch && pip install -r requirements.txt
     # Windows (PowerShell)
-    py -m venv .venv; .venv\\Scripts\\Activate.ps1; pip install torch; pip install -r requirements.txt
+    py -m venv .venv; .venv\\Scripts\\Activate.ps1
+    pip install torch; pip install -r requirements.txt
 
 **Check one task** (T3 here): `python -m pytest tests/test_paper.py -k test_T3_`. Each check
 replays one of the project's own checks; a failing one prints one short block: which call, and
@@ -177,8 +181,10 @@ def student(out, ids, tasks, root):
                                                                encoding="utf-8")
             dead_links_cut(out)
             readme = out / "README.md"
-            readme.write_text(STUDENT_README.format(tasks=", ".join(
-                f"[{t}](classroom/{tasks[t]['handout']})" for t in ids)) + readme.read_text("utf-8"),
+            readme.write_text(
+                STUDENT_README.format(
+                    tasks=", ".join(f"[{t}](classroom/{tasks[t]['handout']})" for t in ids))
+                + readme.read_text("utf-8"),
                 encoding="utf-8")
             found = leaks(out, answer_lines(snap, tasks, ids))
             if found:
@@ -192,8 +198,9 @@ def student(out, ids, tasks, root):
             raise
     print(
         f"wrote the student copy {out}: {', '.join(ids)} blank "
-        f"({', '.join(f'{p}:{q}' for p, items in by_file.items() for _, q in items)}); their checks: "
-        f"tests/test_paper.py (the project's outputs at the public seeds, tests/snapshots/); "
+        f"({', '.join(f'{p}:{q}' for p, items in by_file.items() for _, q in items)}); "
+        f"their checks: tests/test_paper.py "
+        f"(the project's outputs at the public seeds, tests/snapshots/); "
         f"Classroom 50's tests and runtime: classroom50/tests.json, classroom50/runtime.json"
     )
 
