@@ -153,16 +153,18 @@ def tasks_of(root):
     return read(Path(root) / "classroom" / "tasks.toml")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def project(tmp_path_factory):
     """A copy of the project as it is on disk (outside git: the snapshot is its files), so the
-    gradings below see uncommitted work too and never touch this checkout."""
+    gradings below see uncommitted work too and never touch this checkout. (Session-scoped, as
+    `kit`: under pytest -n, a worker's tests of several modules interleave, and a module's
+    fixtures would be built again each time it came back to this one.)"""
     root = tmp_path_factory.mktemp("project") / "nanoNoPE"
     copy_project(root, leave_out=("docs", "out"))
     return root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def kit(project, tmp_path_factory):
     """A student copy of every task, made from `project` (about 15 s: the project's checks run
     once at the public seeds to store their outputs)."""
