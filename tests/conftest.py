@@ -68,8 +68,9 @@ def pytest_sessionfinish(session, exitstatus):
 
 # The longest tests (docs/tests.md says their times), started first: with `pytest -n auto` each then
 # runs on a worker of its own while the rest share out, instead of ending the suite alone.
-LONGEST = ("test_reproduce_runs_every_stage_then_skips_them", "test_classroom50s_tests_give_the_points_grade_gives",
-           "test_gpu_check_trial_runs_every_step_on_the_cpu",
+LONGEST = ("test_reproduce_runs_every_stage_then_skips_them", "test_gpu_check_trial_runs_every_step_on_the_cpu",
+           "test_grade_all_grades_a_varied_class_to_the_expected_gradebook",
+           "test_classroom50s_tests_give_the_points_grade_gives",
            "test_an_attack_on_every_task_scores_zero_reaches_nothing_and_meets_every_bound")
 
 

@@ -245,10 +245,11 @@ def guarded(fn):
     return call
 
 
-def task_checks(tid, functions):
-    """Every check of task tid (tests/test_paper.py), each run as pytest would run it, with the
-    task's functions replaced by `functions` {qualname: function} (guarded): [(check, None or
-    the exception)]. The project's own version stays reachable (remote.project_version)."""
+def task_checks(tid, functions, tmp_path):
+    """{check: None or why it failed} of task tid (tests/test_paper.py's test_{tid}_*, each case
+    as pytest names it), run by pytest itself in this process with the task's functions replaced
+    by `functions` {qualname: function} (guarded). The project's own version stays reachable
+    (remote.project_version)."""
     import evaluate
     import model
     import search_scales
@@ -263,39 +264,30 @@ def task_checks(tid, functions):
         for owner in (module, test_paper):
             saved.append((owner, qualname, getattr(owner, qualname)))
             setattr(owner, qualname, stand_in)
-    out = []
+
+    class Outcomes:  # a plugin of the run below: each check's outcome
+        def __init__(self):
+            self.out = {}
+
+        def pytest_runtest_logreport(self, report):
+            if report.when == "call" or not report.passed:
+                name = report.nodeid.rpartition("::")[2]
+                self.out[name] = None if report.passed else report.longreprtext or "skipped"
+
+    outcomes = Outcomes()
+
+    tmpdir = os.environ["TMPDIR"]  # tests/conftest.py's pytest_configure sets it again
     try:
-        for name, test in vars(test_paper).items():
-            if not name.startswith(f"test_{tid}_"):
-                continue
-            for params in cases_of(test):
-                try:
-                    test(**params)
-                    out.append((name, None))
-                except (Exception, pytest.skip.Exception) as e:  # noqa: BLE001
-                    out.append((name, e))
+        code = pytest.main([str(ROOT / "tests" / "test_paper.py"), "-q", "-k", f"test_{tid}_",
+                            "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:benchmark",
+                            "-o", "addopts=", f"--basetemp={tmp_path / 'checks'}"],
+                           plugins=[outcomes])
     finally:
+        os.environ["TMPDIR"] = tmpdir
         for owner, qualname, old in saved:
             setattr(owner, qualname, old)
-    return out
-
-
-def check_names(tid):
-    """The names pytest gives task tid's checks, in task_checks' order (test_T3_x[2], ...)."""
-    import test_paper
-    return [name + ("[" + "-".join(str(v) for v in params.values()) + "]" if params else "")
-            for name, test in vars(test_paper).items() if name.startswith(f"test_{tid}_")
-            for params in cases_of(test)]
-
-
-def cases_of(test):
-    """The keyword arguments of each case of a test (its pytest.mark.parametrize marks)."""
-    cases = [{}]
-    for mark in getattr(test, "pytestmark", []):
-        if mark.name == "parametrize":
-            names = [n.strip() for n in mark.args[0].split(",")]
-            cases = [c | dict(zip(names, v if isinstance(v, tuple) else (v,))) for c in cases for v in mark.args[1]]
-    return cases
+    assert outcomes.out and code in (0, 1), f"pytest ended with {code} on the checks of {tid}"
+    return outcomes.out
 
 
 def copy_checks(kit, tid, functions):
@@ -351,8 +343,8 @@ def test_the_projects_own_functions_pass_every_check_of_their_task(tid, tmp_path
     """Both ways: the grader's checks and the student copy's replayed ones."""
     texts = {p: (ROOT / p).read_text("utf-8") for p in ("model.py", "search_scales.py", "evaluate.py")}
     functions = functions_of(tmp_path, tid, texts)
-    failed = [(n, e) for n, e in task_checks(tid, functions) if e is not None]
-    assert not failed, f"{tid}, the project's own functions: {failed[:1]}"
+    failed = {n: e for n, e in task_checks(tid, functions, tmp_path).items() if e is not None}
+    assert not failed, f"{tid}, the project's own functions: {failed}"
     failed = {n: e for n, e in copy_checks(kit, tid, functions).items() if e is not None}
     assert not failed, f"{tid}, the project's own functions, replayed in the copy: {failed}"
 
@@ -365,7 +357,7 @@ def test_a_wrong_version_fails_a_check_of_its_task(tid, what, path, edits, tmp_p
     compares every value a check's calls return, so it may fail more of them, never fewer)."""
     functions = functions_of(tmp_path, tid, {path: edited(path, edits)} | {
         p: (ROOT / p).read_text("utf-8") for p in ("model.py", "search_scales.py", "evaluate.py") if p != path})
-    graded = dict(zip(check_names(tid), (e is None for _, e in task_checks(tid, functions))))
+    graded = {n: e is None for n, e in task_checks(tid, functions, tmp_path).items()}
     assert not all(graded.values()), f"{what}: passes every check of {tid}"
     replayed = {n: e is None for n, e in copy_checks(kit, tid, functions).items()}
     assert not all(replayed.values()), f"{what}: passes every replayed check of {tid} in the student copy"
@@ -391,8 +383,8 @@ def test_an_independent_implementation_passes_every_check_and_is_not_flagged(ver
         texts[path] = take(text, texts.get(path) or (ROOT / path).read_text("utf-8"), qualname)
         nodes[spec] = find_function(ast.parse(text), qualname)
     functions = functions_of(tmp_path, tid, texts)
-    failed = [(n, e) for n, e in task_checks(tid, functions) if e is not None]
-    assert not failed, f"{version}: {failed[:1]}"
+    failed = {n: e for n, e in task_checks(tid, functions, tmp_path).items() if e is not None}
+    assert not failed, f"{version}: {failed}"
     failed = {n: e for n, e in copy_checks(kit, tid, functions).items() if e is not None}
     assert not failed, f"{version}, replayed in the student copy: {failed}"
     own = {s: find_function(ast.parse((ROOT / s.split(':')[0]).read_text('utf-8')), s.split(":")[1]) for s in nodes}

@@ -73,14 +73,23 @@ def log_peak_memory():
 # Configuration: defaults (dataclass) < preset file (config/NAME.py) < --key=value
 
 def _field_comments(cls):
-    """The '# comment' after each field in the dataclass source, used by -h."""
-    comments = {}
+    """The '# comment' after each field in the dataclass source, used by -h, with the comment
+    lines right below it that start in the same column (a comment wrapped at 100 columns)."""
+    comments, last = {}, None  # last: (the field, its comment's column)
     try:
         src = inspect.getsource(cls)
     except (OSError, TypeError):
         return comments
-    for m in re.finditer(r"^\s+(\w+)\s*:[^=\n]*=.*?#\s*(.*)$", src, re.M):
-        comments[m.group(1)] = m.group(2).strip()
+    for line in src.splitlines():
+        field = re.match(r"^\s+(\w+)\s*:[^=\n]*=.*?(#\s*)(.*)$", line)
+        more = re.match(r"^(\s*)#\s*(.*)$", line)
+        if field:
+            comments[field.group(1)] = field.group(3).strip()
+            last = (field.group(1), field.start(2))
+        elif last and more and len(more.group(1)) == last[1]:
+            comments[last[0]] += " " + more.group(2).strip()
+        else:
+            last = None
     return comments
 
 
