@@ -180,27 +180,22 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path, builtin_corpus):
                                            "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit"}
     assert len(rows) == 6 * 10 and {int(r["length"]) for r in rows} == {104}
     assert "Passkey retrieval" in (out / "report.md").read_text()
-    # --slopes adds its rows to the finished study: only its own stages run, the 20 done are skipped
-    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, "--slopes")
+    # --slopes and --modern add their rows to the finished study: only their own stages run,
+    # the 20 done are skipped
+    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, "--slopes", "--modern",
+                      "--nope_every=2", "--drope_steps=4")
     assert proc.stdout.count("done before, skipped") == 20
-    res = json.loads((out / "eval" / "results.json").read_text())
+    rows = json.loads((out / "eval" / "results.json").read_text())["methods"]
     new = {"nope_logn", "nope_slope_grid", "nope_headslope_4L", "nope_headscale_8L"}
-    assert set(res["methods"]) == expected | new
-    rows = res["methods"]
+    modern = {"hybrid", "hybrid_swa", "hybrid_llama4", "hybrid_swa_llama4", "drope", "drope_short", "drope_zeroshot"}
+    modern |= {f"{m}_{k}_4L" for m in ("hybrid", "hybrid_swa", "drope") for k in ("uniform", "headscale")}
+    modern |= {f"{m}_window_L" for m in ("hybrid", "hybrid_swa", "drope", "drope_short", "drope_zeroshot")}
+    assert set(rows) == expected | new | modern
     assert rows["nope_logn"]["slopes"] == round(1 / np.log(104), 4) and rows["nope_logn"]["scales"] is None
     assert rows["nope_headscale_8L"]["slopes"] is None and rows["nope_headscale_8L"]["scales"] is not None
     for name in new - {"nope_headscale_8L"}:  # positions <= L are unchanged: no cost at L, by construction
         assert rows[name]["loss"][0] == rows["nope"]["loss"][0] and rows[name]["lengths"] == rows["nope"]["lengths"]
     assert "Lambda that follows the position" in (out / "report.md").read_text()
-    # --modern adds the hybrids and DroPE: only their stages run
-    proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, "--slopes", "--modern",
-                      "--nope_every=2", "--drope_steps=4")
-    assert proc.stdout.count("done before, skipped") == 23
-    rows = json.loads((out / "eval" / "results.json").read_text())["methods"]
-    modern = {"hybrid", "hybrid_swa", "hybrid_llama4", "hybrid_swa_llama4", "drope", "drope_short", "drope_zeroshot"}
-    modern |= {f"{m}_{k}_4L" for m in ("hybrid", "hybrid_swa", "drope") for k in ("uniform", "headscale")}
-    modern |= {f"{m}_window_L" for m in ("hybrid", "hybrid_swa", "drope", "drope_short", "drope_zeroshot")}
-    assert set(rows) == expected | new | modern
     assert rows["hybrid_swa"]["arch"] == "rope+nope/2+window26" and rows["drope"]["pos_encoding"] == "nope"
     assert rows["hybrid_llama4"]["temp"] == 0.1 and rows["hybrid_llama4"]["loss"][0] == rows["hybrid"]["loss"][0]
     assert (out / "eval" / "loss_modern.png").exists() and (out / "eval" / "entropy_modern.png").exists()
