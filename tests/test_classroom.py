@@ -276,14 +276,19 @@ def task_checks(tid, functions, tmp_path):
 
     outcomes = Outcomes()
 
-    tmpdir = os.environ["TMPDIR"]  # tests/conftest.py's pytest_configure sets it again
+    # the checks alone, as the grader runs them: no conftest, no third-party plugin (each call
+    # about half a second)
+    autoload = os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD")
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     try:
         code = pytest.main([str(ROOT / "tests" / "test_paper.py"), "-q", "-k", f"test_{tid}_",
-                            "-p", "no:cacheprovider", "-p", "no:xdist", "-p", "no:benchmark",
-                            "-o", "addopts=", f"--basetemp={tmp_path / 'checks'}"],
-                           plugins=[outcomes])
+                            "--noconftest", "-p", "no:cacheprovider", "-o", "addopts=",
+                            f"--basetemp={tmp_path / 'checks'}"], plugins=[outcomes])
     finally:
-        os.environ["TMPDIR"] = tmpdir
+        if autoload is None:
+            del os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"]
+        else:
+            os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = autoload
         for owner, qualname, old in saved:
             setattr(owner, qualname, old)
     assert outcomes.out and code in (0, 1), f"pytest ended with {code} on the checks of {tid}"
