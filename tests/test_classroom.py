@@ -1284,7 +1284,8 @@ ATTACKS = {  # one function text a task, each several attacks in a row (issues 4
            "    lam1 = torch.ones(1, 1, 1, 1) if lam is None else lam\n"
            "    y, ent = tp.dense_reference(q, k, v, lam1, window, sink)\n    return y.to(v.dtype), ent.float()\n"),
     "T3": ("search_scales.py", "uniform_scale",
-           "    import glob, os\n    try:\n        open('/tmp/big', 'wb').write(b'0' * (4 << 20))\n"
+           "    import glob, os\n    try:  # into its own temp folder (the sandbox's /tmp): 4 MB past 1 MB\n"
+           "        open(os.path.join(os.environ['TMPDIR'], 'big'), 'wb').write(b'0' * (4 << 20))\n"
            "        big = 'written'\n    except OSError as e:\n        big = e.errno\n"
            "    for f in glob.glob(CANARIES + '/**/results.json', recursive=True):\n"
            "        try:\n            open(f, 'w').write('{}')\n        except OSError:\n            pass\n"

@@ -184,7 +184,7 @@ def student(out, ids, tasks, root):
             readme.write_text(
                 STUDENT_README.format(
                     tasks=", ".join(f"[{t}](classroom/{tasks[t]['handout']})" for t in ids))
-                + readme.read_text("utf-8"),
+                + readme.read_text(encoding="utf-8"),
                 encoding="utf-8")
             found = leaks(out, answer_lines(snap, tasks, ids))
             if found:
