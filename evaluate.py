@@ -79,10 +79,11 @@ class EvalConfig:
 
 
 def arch_of(c):
-    """Where a model's position information comes from: nope, rope, or a hybrid such as
-    rope+nope/4+window32 (RoPE layers windowed to 32 keys, every 4th layer NoPE)."""
+    """Where a model's position information comes from: nope, rope, alibi, or a hybrid such as
+    rope+nope/4+window32 (RoPE layers windowed to 32 keys, every 4th layer NoPE); +ssmax when its
+    softmax is Scalable-Softmax."""
     return (c.pos_encoding + (f"+nope/{c.nope_every}" if c.nope_every else "")
-            + (f"+window{c.rope_window}" if c.rope_window else ""))
+            + (f"+window{c.rope_window}" if c.rope_window else "") + ("+ssmax" if c.ssmax else ""))
 
 
 def scales_of(model):

@@ -14,7 +14,8 @@ attention entropy (piece T2, written_out_attention()) multiplies the logits, as 
 reads. A test holds the two equal.
 Read the file from the top: the paper's GPT first; below the line "Beyond the paper" come the
 RoPE baseline and its extensions (PI, NTK-aware, YaRN), sliding windows, the hybrids of RoPE and
-NoPE layers and Llama 4's temperature (docs/modern.md), and checkpoints.
+NoPE layers and Llama 4's temperature (docs/modern.md), ALiBi and Scalable-Softmax
+(docs/beyond.md), and checkpoints.
 """
 
 import math
@@ -37,7 +38,8 @@ class GPTConfig:
     n_embd: int = 128
     dropout: float = 0.0
     bias: bool = False           # biases in Linear and LayerNorm layers
-    pos_encoding: str = "nope"   # "nope" (no position information) or "rope" (the rotary baseline)
+    pos_encoding: str = "nope"   # "nope" (no position information), "rope" (the rotary baseline),
+                                 # or "alibi" (linear biases, beyond the paper)
     rope_base: float = 10000.0   # RoPE: theta_i = base^(-2i/d)
     # beyond the paper (explained at the bottom of this file): the start token, RoPE's length
     # extensions, and NoPE as production models use it since the paper (docs/modern.md)
@@ -50,6 +52,7 @@ class GPTConfig:
     rope_window: int = 0         # hybrid: the RoPE layers' sliding window W (0 = global)
     nope_temp: float = 0.0       # Llama 4's temperature on the NoPE layers (0 = off)
     nope_temp_floor: float = 1.0  # its floor scale F, in units of L
+    ssmax: bool = False          # Scalable-Softmax: logits x s_h ln n, s learned per head
 
     def __post_init__(self):
         check_config(self)
@@ -111,6 +114,12 @@ class CausalSelfAttention(nn.Module):
         self.use_rope = config.pos_encoding == "rope" and layer not in config.nope_layers()
         self.rope_window = config.rope_window if self.use_rope else 0
         self.sink = config.bos and not self.rope_window
+        # beyond the paper: ALiBi's fixed slopes (derived from n_head: not saved), SSMax's s
+        self.alibi = config.pos_encoding == "alibi"
+        if self.alibi:
+            self.register_buffer("alibi_slopes", alibi_slopes(config.n_head), persistent=False)
+        self.ssmax = (nn.Parameter(torch.full((config.n_head,), SSMAX_INIT)) if config.ssmax
+                      else None)  # (nh,), trained with the weights
 
     def forward(self, x, rope=None, temp=None, window=None, explicit=None):
         """x (B, T, C). rope: cos/sin tables (RoPE layers use them); temp: Llama 4's temperature
@@ -130,21 +139,27 @@ class CausalSelfAttention(nn.Module):
             lam = lam * temp                                                        # (1, nh, T, 1)
         if self.rope_window:  # a hybrid's windowed RoPE layer: the narrower of the two windows
             window = min(window or self.rope_window, self.rope_window)
-        if explicit is None:
+        if self.ssmax is not None:  # Scalable-Softmax: lam * s_h ln n_i, n_i keys seen
+            lam = lam * ssmax_scale(self.ssmax, T, window)                         # (1, nh, T, 1)
+        if explicit is not None and self.training and self.dropout > 0:
+            raise ValueError("the written-out softmax measures: call model.eval() first")
+        dropout_p = self.dropout if self.training else 0.0
+        entropy = None
+        if self.alibi:  # beyond the paper: ALiBi's bias, both paths in one function
+            y, entropy = alibi_attention(q, k, v, lam, self.alibi_slopes, window, self.sink,
+                                         explicit, dropout_p)
+        elif explicit is None:
             # softmax(lam q.k / sqrt(d)) = softmax((lam q).k / sqrt(d)): lam folded into q, so
             # SDPA stays the fast path. The product in float32, then back to q's dtype:
             # lam.to(bfloat16) would round lam itself (1.15 -> 1.1484, steps of 0.0078)
             q = (q.float() * lam).to(q.dtype)                                       # (B, nh, T, hs)
             mask = None if window is None else window_mask(T, window, x.device, self.sink)
-            dropout_p = self.dropout if self.training else 0.0
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
                                                is_causal=mask is None)
         else:
-            if self.training and self.dropout > 0:
-                raise ValueError("the written-out softmax measures: call model.eval() first")
             y, entropy = written_out_attention(q, k, v, lam, window, self.sink, explicit.chunk)
-            if explicit.entropy is not None:
-                explicit.entropy.append(entropy)
+        if explicit is not None and explicit.entropy is not None:
+            explicit.entropy.append(entropy)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
         return self.resid_dropout(self.c_proj(y))
 
@@ -356,7 +371,7 @@ class GPT(nn.Module):
 # paper's model, so that the file stays the one place a model is defined (nanoGPT's single file)
 # while the lesson reads first.
 
-POS_ENCODINGS = ("nope", "rope")
+POS_ENCODINGS = ("nope", "rope", "alibi")
 ROPE_SCALINGS = ("none", "pi", "ntk", "yarn")
 
 
@@ -448,6 +463,90 @@ def llama4_temperature(T, config, device):
         return None
     i0 = torch.arange(T, device=device, dtype=torch.float32).view(1, 1, T, 1)
     return 1 + config.nope_temp * torch.log1p(torch.floor(i0 / F_))
+
+
+# ---------------------------------------------------------------------------------------------
+# The two other families of answer to "attend past L": a bias that grows with the distance
+# (ALiBi), and a temperature that grows with the number of keys, learned in training (SSMax).
+# Both enter the attention outside the paper's query_scale and written_out_attention, as Llama 4's
+# temperature does; the study trains them beside NoPE (reproduce.py --beyond, docs/beyond.md).
+
+def alibi_slopes(n_head):
+    """ALiBi's slopes m_h (Press, Smith and Lewis, ICLR 2022, "Train Short, Test Long"): the
+    geometric sequence m_h = 2^(-8h/H), h = 1..H, for H a power of two. Otherwise the paper's
+    rule: the 2^k slopes of the largest power of two below H, then every other slope of 2^(k+1)
+    heads (the odd h of 2^(-8h/2^(k+1))) until there are H. Returns (n_head,) float32."""
+    k = 2 ** int(math.floor(math.log2(n_head)))
+    m = [2 ** (-8 * h / k) for h in range(1, k + 1)]
+    m += [2 ** (-8 * h / (2 * k)) for h in range(1, 2 * k + 1, 2)][:n_head - k]
+    return torch.tensor(m, dtype=torch.float32)
+
+
+def alibi_bias(slopes, T, window=None, sink=False, start=0, lo=0):
+    """ALiBi's bias on the logits of queries start <= i < T over keys lo <= j < T, float32
+    (nh, T - start, T - lo):
+
+        b_hij = -m_h (i - j)  where query i may attend to key j (window_mask),  -inf elsewhere
+
+    Under a window with a sink, the start token is counted at distance min(i, window - 1), where
+    it would sit if the model read the crop [start token, last window - 1 tokens] instead: the
+    window-of-L reference then sees no distance it was not trained on."""
+    i = torch.arange(start, T, device=slopes.device).unsqueeze(1)       # (T - start, 1)
+    j = torch.arange(lo, T, device=slopes.device).unsqueeze(0)          # (1, T - lo)
+    dist = (i - j).float()                                              # (T - start, T - lo)
+    if window is not None and sink and lo == 0:
+        dist[:, 0] = dist[:, 0].clamp(max=window - 1)
+    bias = -slopes.float().view(-1, 1, 1) * dist                        # (nh, T - start, T - lo)
+    allowed = window_mask(T, window, slopes.device, sink, start=start, lo=lo)
+    return bias.masked_fill(~allowed, float("-inf"))
+
+
+def alibi_attention(q, k, v, lam, slopes, window=None, sink=False, explicit=None, dropout_p=0.0):
+    """Causal attention with ALiBi's bias, queries a chunk at a time so that the bias never holds
+    more than (nh, chunk, T) numbers (at 8,192 positions a whole (nh, T, T) bias would be GBs):
+
+        a_ij = softmax_j(lam_i q_i.k_j / sqrt(d) - m_h (i - j))
+
+    lam (query_scale's, times any other temperature) scales q.k only; the bias is left as
+    trained. explicit=None: SDPA with the bias as an additive mask in q's dtype (lam folded into
+    q in float32, as the NoPE path does), 1,024 queries a chunk; Explicit(chunk): the written-out
+    softmax in float32, as written_out_attention, with its entropy in bits.
+    Returns y (B, nh, T, hs) and the entropy (B, nh, T) (None on the fast path)."""
+    B, nh, T, hs = q.shape
+    chunk = 1024 if explicit is None else explicit.chunk
+    ys, entropies = [], []
+    for s in range(0, T, chunk):
+        e = min(s + chunk, T)
+        lo = max(0, s - window + 1) if window is not None and not sink else 0
+        bias = alibi_bias(slopes, e, window, sink, start=s, lo=lo)      # (nh, e-s, e-lo)
+        lam_i = lam[:, :, s:e] if lam.size(2) > 1 else lam              # (1, nh, e-s|1, 1)
+        q_i = q[:, :, s:e].float() * lam_i                              # (B, nh, e-s, hs)
+        if explicit is None:
+            ys.append(F.scaled_dot_product_attention(
+                q_i.to(q.dtype), k[:, :, lo:e], v[:, :, lo:e], attn_mask=bias.to(q.dtype),
+                dropout_p=dropout_p))                                    # (B, nh, e-s, hs)
+            continue
+        with torch.autocast(q.device.type, enabled=False):
+            att = q_i @ k[:, :, lo:e].float().transpose(-2, -1) / math.sqrt(hs) + bias
+        att = F.softmax(att, dim=-1)                                     # (B, nh, e-s, e-lo)
+        entropies.append(torch.special.entr(att).sum(-1) / math.log(2))  # bits
+        ys.append(att.to(v.dtype) @ v[:, :, lo:e])
+    return torch.cat(ys, 2), (torch.cat(entropies, 2) if entropies else None)
+
+
+# Scalable-Softmax's s at initialisation. Nakanishi (2025) was not readable here; 0.43 is the
+# value gdevos010/Scalable-Softmax (an unofficial PyTorch version) gives "as used in paper".
+SSMAX_INIT = 0.43
+
+
+def ssmax_scale(s, T, window=None):
+    """Scalable-Softmax (SSMax; Nakanishi 2025, arXiv 2501.19399): softmax(z) over n keys
+    becomes softmax(s ln n * z), s learned per (layer, head). Here n_i is the number of keys
+    query i sees: its position i = 1..T (the start token among them), at most `window`.
+    Returns s_h ln n_i, (1, nh, T, 1) float32: a factor of the logits, beside lam."""
+    i = torch.arange(1, T + 1, device=s.device, dtype=torch.float32)     # (T,)
+    n = i if window is None else i.clamp(max=window)
+    return s.float().view(1, -1, 1, 1) * torch.log(n).view(1, 1, T, 1)   # (1, nh, T, 1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ class TrainConfig:
     init_from: str = ""                 # fine-tune: a checkpoint's weights and shape, new optimizer
     overwrite: bool = False             # allow a fresh run to replace an existing out_dir/ckpt.pt
     # model
-    pos_encoding: str = "nope"          # nope | rope
+    pos_encoding: str = "nope"          # nope | rope | alibi (linear biases, beyond the paper)
     n_layer: int = 4                    # transformer blocks
     n_head: int = 4                     # attention heads per block
     n_embd: int = 128                   # width
@@ -57,6 +57,7 @@ class TrainConfig:
     rope_window: int = 0                # hybrid: the RoPE layers' sliding window, <= L (0 = global)
     nope_temp: float = 0.0              # temperature of NoPE layers past L (0 = off; Llama 4: 0.1)
     nope_temp_floor: float = 1.0        # its floor scale, in units of L
+    ssmax: bool = False                 # Scalable-Softmax: logits x s_h ln n, s learned per head
     # optimisation
     batch_size: int = 64                # sequences per micro-step per process
     gradient_accumulation_steps: int = 1  # micro-steps per optimizer step
@@ -400,7 +401,7 @@ def passkey_loss(model, x, y, passkey, n, g):
 # --init_from takes the checkpoint's shape and position settings. A position setting given on the
 # command line wins (DroPE: --pos_encoding=nope on a RoPE checkpoint recalibrates it without
 # RoPE); a shape given there that differs is refused (the weights would not fit it).
-SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "bias"]
+SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "bias", "ssmax"]  # ssmax: its s
 POSITION_KEYS = ["pos_encoding", "rope_base", "nope_every", "rope_window", "nope_temp",
                  "nope_temp_floor"]
 
