@@ -36,6 +36,10 @@ same settings (rerun after an interruption and nothing finished is lost; --force
      RoPE and NoPE layers (hybrid; hybrid_swa, its RoPE layers windowed), Llama 4's temperature on
      their NoPE layers (*_llama4), DroPE (RoPE dropped from the RoPE twin: drope_zeroshot, and
      recalibrated at L: drope_short, drope), each with the uniform lambda and HeadScale at 4L
+  5d. with --beyond: the two other families of answer to "attend past L", trained as NoPE is:
+     ALiBi (alibi; UniformScale's grid on it) and NoPE with Scalable-Softmax (nope_ssmax;
+     the uniform lambda and HeadScale on it, its learned s kept), each with its last-L
+     reference and, with --passkey, taught retrieval and scored (docs/beyond.md)
   6. write out_dir/report.md: the table, the fitted lambda(i), the passkey table, the plots
 A stage's stamp records its command and the measurement protocol (evaluate.PROTOCOL), so a study
 finished before the protocol changed is rerun, not reported as new.
@@ -117,6 +121,9 @@ class StudyConfig:
                                         # (half the cpu preset's training tokens); the short one
                                         # has HeadScale's budget
     drope_lr: float = 1e-3              # DroPE recalibration's peak learning rate (all weights)
+    # beyond the paper (stage 5d, docs/beyond.md): ALiBi and Scalable-Softmax trained beside NoPE
+    beyond: bool = False                # add alibi, nope_ssmax, their remedies at
+                                        # ablation_length and their last-L references
 
 
 def entropy_args(rows):
@@ -172,6 +179,8 @@ def main():
         slope_rows(study)           # 5b. lambda that follows the position
     if cfg.modern:
         modern_rows(study)          # 5c. NoPE as production models use it since the paper
+    if cfg.beyond:
+        beyond_rows(study)          # 5d. ALiBi and Scalable-Softmax trained beside NoPE
     # 6. the figures, drawn from the saved files (cheap: always redrawn), and the report
     subprocess.run([sys.executable, "tools/plot.py", f"--study={study.out}"], cwd=ROOT, check=True)
     write_report(cfg, study.out, study.L, study.stages.seconds, time.time() - t_start)
@@ -528,6 +537,67 @@ def modern_passkey(study, names):
         "tools/passkey.py", f"--ckpts={','.join(rows)}", f"--out_dir={pk}",
         f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
         f"--avg_up_to={max(cfg.passkey_lengths):g}"], [os.path.join(pk, "passkey.json")])
+
+
+def beyond_rows(study):
+    """ALiBi and NoPE with Scalable-Softmax, trained from scratch as the NoPE and RoPE twins are;
+    the paper's remedies where they apply, at ablation_length: the uniform lambda on both (on
+    ALiBi it scales q.k, its bias stays as trained), HeadScale on nope_ssmax (only lambda is
+    fitted, s stays as trained); each model's reference is itself reading its last L."""
+    cfg, ab, join = study.cfg, study.ab, os.path.join
+    models = {"alibi": ["--pos_encoding=alibi"], "nope_ssmax": ["--pos_encoding=nope", "--ssmax"]}
+    rows = []
+    for name, extra in models.items():
+        run_dir = study.path(name)
+        study.train(f"train_{name}", ["--bos=true", *extra, f"--out_dir={run_dir}",
+                                      *study.overrides],
+                    [join(run_dir, "summary.json")], resume_dir=run_dir)
+        sc, fit = study.path(f"scales_{name}"), name == "nope_ssmax"
+        fits = [join(sc, f"head_{ab}.pt")] if fit else []
+        study.stages.run(f"search_{name}", [
+            "search_scales.py", f"--ckpt={study.ckpt(name)}", f"--out_dir={sc}",
+            f"--preset={cfg.preset}", f"--lengths={cfg.ablation_length:g}",
+            f"--fit_lengths={cfg.ablation_length:g}" if fit else "--fit_lengths="]
+            + ([f"--steps={cfg.fit_steps}"] if cfg.fit_steps else [])
+            + ([f"--windows={cfg.windows}"] if cfg.windows else []),
+            [join(sc, f"uniform_grid_{ab}.pt"), *fits])
+        rows += [f"{name}={study.ckpt(name)}",
+                 f"{name}_uniform_{ab}={join(sc, f'uniform_grid_{ab}.pt')}"]
+        rows += [f"{name}_headscale_{ab}={fits[0]}"] if fit else []
+    results = [join(study.ev, "results.json")]
+    study.stages.run("evaluate_beyond", ["evaluate.py", f"--ckpts={','.join(rows)}",
+                                         "--samples=false", *entropy_args(rows), *study.evaluate],
+                     results)
+    refs = [f"{n}_window_L={study.ckpt(n)}" for n in models]
+    study.stages.run("evaluate_beyond_window", ["evaluate.py", f"--ckpts={','.join(refs)}",
+                                                f"--context={study.L}", "--samples=false",
+                                                "--entropy=false", *study.evaluate], results)
+    if cfg.passkey:
+        beyond_passkey(study, list(models))
+
+
+def beyond_passkey(study, names):
+    """ALiBi and nope_ssmax taught passkey retrieval as NoPE and RoPE are (passkey_rows); HeadScale
+    fitted on the LM loss of the taught nope_ssmax, as on the taught NoPE; scored on the same
+    prompts, into the same passkey folder."""
+    cfg, ab, join = study.cfg, study.ab, os.path.join
+    if study.L < Dataset(cfg.dataset, bos=True).passkey().shortest():
+        return  # passkey_rows said why
+    pk = study.path("passkey")
+    for name in names:
+        passkey_finetune(study, name)
+    sc = join(pk, "scales_nope_ssmax")
+    study.stages.run("passkey_search_nope_ssmax", [
+        "search_scales.py", f"--ckpt={join(pk, 'nope_ssmax', 'ckpt.pt')}", f"--out_dir={sc}",
+        f"--preset={cfg.preset}", f"--lengths={cfg.ablation_length:g}",
+        f"--fit_lengths={cfg.ablation_length:g}"]
+        + ([f"--steps={cfg.fit_steps}"] if cfg.fit_steps else []), [join(sc, f"head_{ab}.pt")])
+    rows = [f"{n}={join(pk, n, 'ckpt.pt')}" for n in names]
+    rows += [f"nope_ssmax_headscale_{ab}={join(sc, f'head_{ab}.pt')}"]
+    study.stages.run("passkey_eval_beyond", [
+        "tools/passkey.py", f"--ckpts={','.join(rows)}", f"--out_dir={pk}",
+        f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
+        f"--avg_up_to={max(cfg.passkey_lengths):g}"], [join(pk, "passkey.json")])
 
 
 def write_report(cfg, out, L, times, wall):

@@ -38,11 +38,13 @@ BLUE, SKY, VERMILLION, ORANGE, GREEN, PURPLE, YELLOW, BLACK = (
     "#0072B2", "#56B4E9", "#D55E00", "#E69F00", "#009E73", "#CC79A7", "#F0E442", "#000000")
 DARK_RED = "#7A1F00"  # DroPE: RoPE's vermillion, darker
 OLIVE = "#8F7F00"  # the length-following rows: a darker yellow, readable on white
+TEAL = "#1B6F6A"  # reproduce.py --beyond: ALiBi, and NoPE with Scalable-Softmax (SKY's family)
 # the rows whose attention entropy a figure draws (evaluate.py --entropy_rows: reproduce.py measures
 # entropy for these alone, as each costs an explicit-softmax pass at the longest length)
 ENTROPY_ROWS = ("nope", "nope_uniform_4L", "nope_headscale_4L", "nope_headslope_4L", "nope_notoken",
                 "hybrid", "hybrid_swa", "hybrid_llama4", "hybrid_headscale_4L", "drope",
-                "drope_headscale_4L")
+                "drope_headscale_4L", "alibi", "alibi_uniform_4L", "nope_ssmax",
+                "nope_ssmax_headscale_4L")
 SMOOTH = 4         # per-position curves: a moving average over L/SMOOTH positions (the paper:
                    # 100 at L = 2048 over far more text; our 64 windows a length need a wider one)
 
@@ -97,6 +99,12 @@ def style(name):
         (r"drope_headscale_", DARK_RED, "-", "D", "DroPE, HeadScale" + at),
         (r"drope_uniform_", DARK_RED, "-", "^", "DroPE, uniform λ" + at),
         (r"drope$", DARK_RED, "--", "v", "DroPE, recalibrated"),
+        # the other answers to "attend past L" (reproduce.py --beyond)
+        (r"alibi_uniform_", TEAL, "--", "^", "ALiBi, uniform λ" + at),
+        (r"alibi$", TEAL, "-", "P", "ALiBi"),
+        (r"nope_ssmax_headscale_", SKY, "--", "D", "NoPE + SSMax, HeadScale" + at),
+        (r"nope_ssmax_uniform_", SKY, "-.", "^", "NoPE + SSMax, uniform λ" + at),
+        (r"nope_ssmax$", SKY, "-", "*", "NoPE + Scalable-Softmax"),
     ]
     for pattern, color, ls, marker, label in rules:
         m = re.match(pattern, name)
@@ -205,6 +213,9 @@ def draw_eval(eval_dir, search_dir=""):
     entropy_layers(F, results, ent)
     modern_families(F, results)
     entropy_modern(F, results, ent)
+    modern_families(F, results, BEYOND, "loss_beyond.png",
+                    "ALiBi and Scalable-Softmax beside NoPE")
+    entropy_beyond(F, results, ent)
     if search_dir:
         search_figures(F, search_dir, ent)
     return F.drawn, F.skipped
@@ -354,16 +365,24 @@ def families(F, results):
         F.save(fig, fn)
 
 
-def modern_families(F, results):
+BEYOND = (("NoPE (the paper)", "nope", ("nope_uniform_4L", "nope_headscale_4L")),
+          ("ALiBi\n(Press et al. 2022)", "alibi", ("alibi_uniform_4L",)),
+          ("NoPE + Scalable-Softmax\n(Nakanishi 2025)", "nope_ssmax",
+           ("nope_ssmax_uniform_4L", "nope_ssmax_headscale_4L")))
+
+
+def modern_families(F, results, recipes=MODERN, file="loss_modern.png",
+                    heading="NoPE as used since the paper"):
     """loss_modern.png: for each recipe of reproduce.py --modern, its model (blue), its best remedy
     (green: the lowest loss at 4L among the same weights with Llama 4's temperature, the uniform
     lambda or HeadScale) and the same model reading its last L (grey, dotted): mean loss above,
-    excess below, the panels of a row on one scale."""
+    excess below, the panels of a row on one scale. With recipes=BEYOND, loss_beyond.png: the
+    same for the rows of reproduce.py --beyond."""
     L, methods = results["train_len"], results["methods"]
-    families = [(t, base, [r for r in more if r in methods]) for t, base, more in MODERN
+    families = [(t, base, [r for r in more if r in methods]) for t, base, more in recipes
                 if base in methods]
     if not any(base != "nope" for _, base, _ in families):
-        return None  # drawn only for a study run with --modern
+        return None  # drawn only for a study run with --modern (--beyond)
     lengths = sorted({n for m in methods.values() for n in m["lengths"]})
     fig, axes = F.plt.subplots(2, len(families), figsize=(3.6 * len(families), 6.4),
                                sharey="row", squeeze=False)
@@ -391,10 +410,9 @@ def modern_families(F, results):
         axes[1, col].set_xlabel("evaluation length n")
     axes[0, 0].set_ylabel("mean loss (nats per token)")
     axes[1, 0].set_ylabel("excess over itself reading its last L")
-    fig.suptitle("NoPE as used since the paper: each recipe, its best remedy at 4L, "
-                 "and itself reading its last L")
+    fig.suptitle(f"{heading}: each recipe, its best remedy at 4L, and itself reading its last L")
     fig.tight_layout()
-    F.save(fig, "loss_modern.png")
+    F.save(fig, file)
 
 
 def position_loss(F, results, pos):
@@ -461,6 +479,34 @@ def entropy_modern(F, results, ent):
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     fig.tight_layout()
     F.save(fig, "entropy_modern.png")
+
+
+def entropy_beyond(F, results, ent):
+    """Does a bias or a learned temperature keep attention sharp past L? Mean entropy of every
+    layer's heads against position for the rows of reproduce.py --beyond, beside NoPE's."""
+    L = results["train_len"]
+    rows = [r for r in ("nope", "nope_headscale_4L", "alibi", "alibi_uniform_4L", "nope_ssmax",
+                        "nope_ssmax_headscale_4L") if r in ent
+            and ent[r].get("layer_bits_per_position")]
+    if not any(r.startswith(("alibi", "nope_ssmax")) for r in rows):
+        return None  # drawn only for a study run with --beyond
+    width = max(1, L // SMOOTH)
+    fig, ax = F.plt.subplots(figsize=(9, 4.3))
+    n = max(len(ent[r]["layer_bits_per_position"][0]) for r in rows)
+    for r in rows:
+        y = np.asarray(ent[r]["layer_bits_per_position"]).mean(0)  # (n,): every layer's mean
+        line(ax, np.arange(1, len(y) + 1), moving_average(y, width), r, lw=1.2, markevery=[])
+    x = np.arange(1, n + 1)
+    ax.plot(x, np.log2(x), color="gray", lw=0.8, ls="--", label="uniform attention, log₂ i")
+    position_axis(ax, L, n)
+    mark_L(ax, L)
+    ax.set_xlabel("query position i")
+    ax.set_ylabel("mean attention entropy (bits)")
+    ax.set_title(f"Attention entropy: NoPE, ALiBi and Scalable-Softmax (moving average over "
+                 f"{width})")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
+    fig.tight_layout()
+    F.save(fig, "entropy_beyond.png")
 
 
 def entropy_layers(F, results, ent):
