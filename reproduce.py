@@ -614,6 +614,7 @@ def write_report(cfg, out, L, times, wall):
     lines += rope_factors_section(cfg, out)
     lines += slopes_section(cfg, scales)
     lines += passkey_section(cfg, out)
+    lines += beyond_section(cfg, out)
     lines += findings_section(out)
     lines += ["", "Plots: " + ", ".join(f"[{p}](eval/{p})" for p in sorted(os.listdir(ev))
                                         if p.endswith(".png")),
@@ -755,6 +756,17 @@ def passkey_section(cfg, out):
             f"mean over lengths up to {length_name(pk['avg_up_to'])})", "",
             open(pk_table, encoding="utf-8").read().strip(), "",
             "Heat maps: " + ", ".join(f"[{p}](passkey/{p})" for p in maps)]
+
+
+def beyond_section(cfg, out):
+    """tools/beyond.py's tables of ALiBi and Scalable-Softmax beside NoPE, with --beyond."""
+    if not cfg.beyond:
+        return []
+    proc = subprocess.run([sys.executable, "tools/beyond.py", out], cwd=ROOT,
+                          capture_output=True, text=True, encoding="utf-8")
+    return ["", "**ALiBi and Scalable-Softmax beside NoPE** "
+            f"(`python tools/beyond.py {os.path.relpath(out, ROOT)}`; docs/beyond.md)", "",
+            proc.stdout.strip() or proc.stderr.strip()]
 
 
 def findings_section(out):

@@ -160,7 +160,7 @@ def test_evaluate_bad_input(trained, tmp_path):
 def test_reproduce_runs_every_stage_then_skips_them(tmp_path, builtin_corpus):
     out = tmp_path / "study"
     # L = 104: just long enough for a passkey example, so the passkey stage runs too
-    fast = ["--lengths=1,2", "--grid_lengths=2,4,8", "--block_size=104", "--passkey_steps=6",
+    fast = ["--lengths=1,2,4", "--grid_lengths=2,4,8", "--block_size=104", "--passkey_steps=6",
             "--passkey_keys=1", "--passkey_lengths=1", f"--dataset={builtin_corpus}"]
     proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, timeout=600)
     assert (out / "report.md").exists()
@@ -171,26 +171,42 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path, builtin_corpus):
                 "rope_yarn_ft_4L"}
     assert set(res["methods"]) == expected
     for m in res["methods"].values():
-        assert set(m) >= {"lengths", "loss", "tail_loss", "scales"} and len(m["loss"]) == 2
+        assert set(m) >= {"lengths", "loss", "tail_loss", "scales"} and len(m["loss"]) == 3
     factors = res["methods"]["rope_yarn_zeroshot"]["scales"]
-    assert len(factors) == 2 and factors[0] == 1.0  # the best factor per length (1 at L)
+    assert len(factors) == 3 and factors[0] == 1.0  # the best factor per length (1 at L)
     with open(out / "passkey" / "passkey.csv") as f:
         rows = list(csv.DictReader(f))
     assert {r["method"] for r in rows} == {"nope", "rope", "nope_uniform_4L", "nope_headscale_4L",
                                            "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit"}
     assert len(rows) == 6 * 10 and {int(r["length"]) for r in rows} == {104}
     assert "Passkey retrieval" in (out / "report.md").read_text()
-    # --slopes and --modern add their rows to the finished study: only their own stages run,
-    # the 20 done are skipped
+    # --slopes, --modern and --beyond add their rows to the finished study: only their own stages
+    # run, the 20 done are skipped
     proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", *fast, "--slopes", "--modern",
-                      "--nope_every=2", "--drope_steps=4")
+                      "--nope_every=2", "--drope_steps=4", "--beyond")
     assert proc.stdout.count("done before, skipped") == 20
     rows = json.loads((out / "eval" / "results.json").read_text())["methods"]
+    beyond = {"alibi", "alibi_uniform_4L", "alibi_window_L", "nope_ssmax", "nope_ssmax_uniform_4L",
+              "nope_ssmax_headscale_4L", "nope_ssmax_window_L"}
+    for name in beyond:  # each new row with finite numbers at 4L
+        assert np.isfinite(rows[name]["loss"][-1]) and np.isfinite(rows[name]["tail_loss"][-1])
+    assert rows["alibi"]["arch"] == "alibi" and rows["nope_ssmax"]["arch"] == "nope+ssmax"
+    assert rows["nope_ssmax_headscale_4L"]["scales"] is not None  # lambda fitted; s as trained
+    assert (out / "eval" / "loss_beyond.png").exists() and (out / "eval" / "entropy_beyond.png").exists()
+    report = (out / "report.md").read_text()
+    assert "ALiBi and Scalable-Softmax beside NoPE" in report and "| `nope_ssmax_headscale_4L` |" in report
+    proc = run_script("tools/beyond.py", str(out), str(out))  # two columns, here the same study
+    loss = next(line for line in proc.stdout.splitlines() if line.startswith("| `alibi` |"))
+    assert "–" not in loss.split("|")[2] and loss.split("|")[4].count(";") == 1  # loss at L, 4L
+    for ckpt in ("alibi", "nope_ssmax"):  # sampled past 8L from the checkpoint alone
+        proc = run_script("sample.py", f"--ckpt={out / ckpt / 'ckpt.pt'}", "--num_samples=1",
+                          f"--max_new_tokens={8 * 104}", "--top_k=5")
+        assert proc.returncode == 0 and proc.stdout.strip()
     new = {"nope_logn", "nope_slope_grid", "nope_headslope_4L", "nope_headscale_8L"}
     modern = {"hybrid", "hybrid_swa", "hybrid_llama4", "hybrid_swa_llama4", "drope", "drope_short", "drope_zeroshot"}
     modern |= {f"{m}_{k}_4L" for m in ("hybrid", "hybrid_swa", "drope") for k in ("uniform", "headscale")}
     modern |= {f"{m}_window_L" for m in ("hybrid", "hybrid_swa", "drope", "drope_short", "drope_zeroshot")}
-    assert set(rows) == expected | new | modern
+    assert set(rows) == expected | new | modern | beyond
     assert rows["nope_logn"]["slopes"] == round(1 / np.log(104), 4) and rows["nope_logn"]["scales"] is None
     assert rows["nope_headscale_8L"]["slopes"] is None and rows["nope_headscale_8L"]["scales"] is not None
     for name in new - {"nope_headscale_8L"}:  # positions <= L are unchanged: no cost at L, by construction
@@ -200,13 +216,14 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path, builtin_corpus):
     assert rows["hybrid_llama4"]["temp"] == 0.1 and rows["hybrid_llama4"]["loss"][0] == rows["hybrid"]["loss"][0]
     assert (out / "eval" / "loss_modern.png").exists() and (out / "eval" / "entropy_modern.png").exists()
     with open(out / "passkey" / "passkey.csv") as f:  # retrieval too: loss alone flatters a short reach
-        assert {r["method"] for r in csv.DictReader(f)} >= {"hybrid", "hybrid_swa", "drope"}
+        assert {r["method"] for r in csv.DictReader(f)} >= {"hybrid", "hybrid_swa", "drope", "alibi",
+                                                            "nope_ssmax", "nope_ssmax_headscale_4L"}
     proc = run_script("reproduce.py", "--preset=tiny", f"--out_dir={out}", "--grid_lengths=2,4", "--slopes",
                       f"--dataset={builtin_corpus}", check=False)
     assert proc.returncode == 2 and "--grid_lengths" in proc.stderr
     # the findings check reads the study's files; the sweep tabulates it
     proc = run_script("tools/findings.py", str(out))
-    assert all(f"({k}) " in proc.stdout for k in (1, 2, 3, 4, 5, 7, 8))  # (8): the passkey stage ran; (6) needs 4L
+    assert all(f"({k}) " in proc.stdout for k in range(1, 9))  # (8): the passkey stage ran
     sweep = tmp_path / "sweep"
     shutil.copytree(out, sweep / "cpu_s1")
     run_script("tools/sweep.py", f"--out_dir={sweep}", "--recipes=cpu", "--seeds=1", "--table_only")

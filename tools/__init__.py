@@ -7,6 +7,7 @@ evaluate.py).
     findings.py   which of the paper's findings hold in a study (criteria fixed before any result)
     plot.py       every figure, drawn from saved files alone
     passkey.py    passkey retrieval: accuracy over length x depth
+    beyond.py     the tables of ALiBi and Scalable-Softmax beside NoPE, over seeds
     sweep.py      recipe screens and multi-seed studies
     bench.py      speed and memory of every stage against the device's matmul rate
     overlap.py    how much text the scale search's windows share with the evaluation's,

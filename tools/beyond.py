@@ -1,0 +1,139 @@
+"""
+The tables of docs/beyond.md, read from finished studies (reproduce.py --beyond): one column
+per study (a seed), nothing measured here.
+
+    python tools/beyond.py out/study out/study_s1338 > tables.md
+
+1. the loss at L and the excess at 2L / 4L / 8L (evaluate.excess: the row minus the same model
+   reading only its last L, on the same windows) of NoPE, RoPE, RoPE + YaRN fine-tuned at 4L,
+   NoPE + HeadScale, ALiBi (and its uniform lambda), NoPE + SSMax (and its remedies)
+2. the attention entropy past L: the mean over layers and heads, over the last L/8 queries
+   before each length (evaluate.py's entropy.json, the rows a figure draws), beside log2 n,
+   the entropy of attention spread evenly over n keys
+3. passkey retrieval at L, 2L and 4L (tools/passkey.py's passkey.json), where the stage ran
+A row or a number a study lacks is a dash.
+"""
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+# run as python tools/beyond.py: find the project
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from evaluate import excess, length_name
+from tools.cli import UserError, atomic_write_text, parse_config, read_json, run_main
+
+LOSS_ROWS = ("nope", "rope", "rope_yarn_ft_4L", "nope_headscale_4L", "alibi", "alibi_uniform_4L",
+             "nope_ssmax", "nope_ssmax_uniform_4L", "nope_ssmax_headscale_4L")
+ENTROPY_ROWS = ("nope", "nope_headscale_4L", "alibi", "alibi_uniform_4L", "nope_ssmax",
+                "nope_ssmax_headscale_4L")
+PASSKEY_ROWS = ("nope", "rope", "nope_headscale_4L", "alibi", "nope_ssmax",
+                "nope_ssmax_headscale_4L")
+DASH = "–"
+
+
+@dataclass
+class BeyondConfig:
+    out: str = ""                       # also write the tables to this file ('' = print only)
+
+
+def number(x, fmt):
+    return DASH if x is None else format(x, fmt)
+
+
+def table(head, rows):
+    return ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1),
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def loss_table(studies):
+    """Loss at L and excess at 2L, 4L, 8L; each cell 'seed a; seed b'."""
+    cols = [("loss at L", None), ("excess 2L", 2), ("excess 4L", 4), ("excess 8L", 8)]
+    rows = []
+    for name in LOSS_ROWS:
+        cells = []
+        for _, k in cols:
+            vals = []
+            for res in studies.values():
+                m, L = res["methods"].get(name), res["train_len"]
+                if m is None:
+                    vals.append(DASH)
+                elif k is None:
+                    vals.append(number(dict(zip(m["lengths"], m["loss"])).get(L), ".3f"))
+                else:
+                    vals.append(number(excess(res, name).get(k * L), "+.3f"))
+            cells.append("; ".join(vals))
+        rows.append([f"`{name}`", *cells])
+    return table(["row", *(c for c, _ in cols)], rows)
+
+
+def entropy_at(ent, L, n):
+    """Mean entropy (bits) over layers, heads and queries in (n - L/8, n]; None if unmeasured."""
+    per_pos = np.asarray(ent["layer_bits_per_position"]).mean(0)  # (positions,)
+    if len(per_pos) < n:
+        return None
+    return float(per_pos[n - max(1, L // 8):n].mean())
+
+
+def entropy_table(entropies, L):
+    lengths = (1, 2, 4, 8)
+    rows = [["uniform over n keys, log₂ n", *(f"{np.log2(k * L):.2f}" for k in lengths)]]
+    for name in ENTROPY_ROWS:
+        cells = ["; ".join(number(entropy_at(e[name], L, k * L), ".2f") if name in e else DASH
+                           for e in entropies.values()) for k in lengths]
+        rows.append([f"`{name}`", *cells])
+    return table(["row", *(length_name(k) for k in lengths)], rows)
+
+
+def passkey_table(passkeys):
+    lengths = (1, 2, 4)
+    rows = []
+    for name in PASSKEY_ROWS:
+        cells = []
+        for k in lengths:
+            vals = []
+            for pk in passkeys.values():
+                acc = (pk or {}).get("by_length", {}).get(name, {}).get(str(k * pk["train_len"])
+                                                                         if pk else "")
+                vals.append(DASH if acc is None else f"{100 * acc:.0f}%")
+            cells.append("; ".join(vals))
+        rows.append([f"`{name}`", *cells])
+    return table(["row", *(length_name(k) for k in lengths)], rows)
+
+
+def main():
+    studies = [a for a in sys.argv[1:] if not a.startswith("-")]
+    cfg = parse_config(BeyondConfig, [a for a in sys.argv[1:] if a.startswith("-")],
+                       description=__doc__)
+    if not studies:
+        raise UserError("give one or more study folders: "
+                        "python tools/beyond.py out/study [out/study_s1338 ...]")
+    for s in studies:
+        if not os.path.exists(os.path.join(s, "eval", "results.json")):
+            raise UserError(f"{s} holds no finished study (eval/results.json): run "
+                            "python reproduce.py --beyond first")
+    results = {s: read_json(os.path.join(s, "eval", "results.json")) for s in studies}
+    L = next(iter(results.values()))["train_len"]
+    ent = {s: (read_json(os.path.join(s, "eval", "entropy.json"))
+               if os.path.exists(os.path.join(s, "eval", "entropy.json")) else {})
+           for s in studies}
+    pk = {s: (read_json(os.path.join(s, "passkey", "passkey.json"))
+              if os.path.exists(os.path.join(s, "passkey", "passkey.json")) else None)
+          for s in studies}
+    order = "; ".join(os.path.basename(os.path.normpath(s)) for s in studies)
+    lines = [f"Loss (nats/token) at L = {L} and excess over the same model reading only its "
+             f"last L ({order}):", "", *loss_table(results), "",
+             "Mean attention entropy (bits) of the last L/8 queries before each length "
+             f"({order}):", "", *entropy_table(ent, L), "",
+             f"Passkey retrieval, exact match ({order}):", "", *passkey_table(pk)]
+    print("\n".join(lines))
+    if cfg.out:
+        atomic_write_text(cfg.out, "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    run_main(main)
