@@ -23,4 +23,7 @@ reproduce = dict(
     lengths=[1, 2, 4, 8],    # evaluation lengths, units of L (16L = 8192 also runs:
                              # add it with --lengths)
     passkey=False,           # passkey fine-tuning: --passkey=true adds it
+    beyond=True,             # ALiBi and Scalable-Softmax beside NoPE (docs/beyond.md): on a card
+                             # two trainings cost about a minute; tools/gpu_check.py's budgeted
+                             # study leaves them out unless --study_args=beyond=true
 )

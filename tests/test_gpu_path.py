@@ -162,3 +162,12 @@ def test_gpu_check_trial_runs_every_step_on_the_cpu(tmp_path):
     assert not list((out / "runs").rglob("*.pt"))  # checkpoints stay in the work folder
     refused = run_script("tools/gpu_check.py", f"--out_dir={tmp_path / 'no'}", check=False)
     assert refused.returncode == 2 and "--trial" in refused.stderr and not (tmp_path / "no").exists()
+
+
+def test_the_budgeted_study_sizes_alibi_and_ssmax_in_only_when_asked():
+    from tools.gpu_check import CheckConfig, study_steps
+    cfg = CheckConfig(step_ms=15.0, max_steps=100000)
+    plain, _ = study_steps(cfg, 600, None, {"notoken": "false"})
+    beyond, _ = study_steps(cfg, 600, None, {"notoken": "false", "beyond": "true"})
+    assert 0 < beyond < plain  # four trainings share the seconds two had
+    assert study_steps(cfg, 600, None, {"notoken": "false", "beyond": "false"})[0] == plain
