@@ -2,6 +2,7 @@
 
 import contextlib
 import csv
+import math
 import signal
 import subprocess
 import sys
@@ -136,14 +137,17 @@ def test_a_loss_not_finite_in_one_process_stops_every_process(tmp_path):
 
 
 def test_ddp_two_cpu_processes(tiny_dataset, tmp_path):
+    # ALiBi with Scalable-Softmax's learned s (NoPE trains under DDP in the test below)
     out = tmp_path / "ddp"
     proc = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
                       f"--dataset={tiny_dataset}", f"--out_dir={out}", *TINY_TRAIN, "--max_iters=10",
-                      "--eval_interval=10", timeout=240)
+                      "--eval_interval=10", "--pos_encoding=alibi", "--ssmax=true", timeout=240)
     assert "2 process(es)" in proc.stdout
     import json
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["processes"] == 2 and summary["steps"] == 10
+    assert summary["processes"] == 2 and summary["steps"] == 10 and math.isfinite(summary["final_val_loss"])
+    model, _ = load_checkpoint(out / "ckpt.pt")
+    assert model.config.pos_encoding == "alibi" and model.transformer.h[0].attn.ssmax is not None
 
 
 def test_a_loss_gone_non_finite_under_ddp_ends_every_process_in_one_line(tiny_dataset, tmp_path):
