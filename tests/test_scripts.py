@@ -195,9 +195,6 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path, builtin_corpus):
     assert (out / "eval" / "loss_beyond.png").exists() and (out / "eval" / "entropy_beyond.png").exists()
     report = (out / "report.md").read_text()
     assert "ALiBi and Scalable-Softmax beside NoPE" in report and "| `nope_ssmax_headscale_4L` |" in report
-    proc = run_script("tools/beyond.py", str(out), str(out))  # two columns, here the same study
-    loss = next(line for line in proc.stdout.splitlines() if line.startswith("| `alibi` |"))
-    assert "–" not in loss.split("|")[2] and loss.split("|")[4].count(";") == 1  # loss at L, 4L
     for ckpt in ("alibi", "nope_ssmax"):  # sampled past 8L from the checkpoint alone
         proc = run_script("sample.py", f"--ckpt={out / ckpt / 'ckpt.pt'}", "--num_samples=1",
                           f"--max_new_tokens={8 * 104}", "--top_k=5")
@@ -226,6 +223,10 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path, builtin_corpus):
     assert all(f"({k}) " in proc.stdout for k in range(1, 9))  # (8): the passkey stage ran
     sweep = tmp_path / "sweep"
     shutil.copytree(out, sweep / "cpu_s1")
+    proc = run_script("tools/beyond.py", str(out), str(sweep / "cpu_s1"))  # a column a study
+    loss = next(line for line in proc.stdout.splitlines() if line.startswith("| `alibi` |"))
+    cells = loss.split("|")[2:5]  # loss at L, excess at 2L and 4L (8L not measured here)
+    assert all("–" not in c and c.count(";") == 1 for c in cells), loss
     run_script("tools/sweep.py", f"--out_dir={sweep}", "--recipes=cpu", "--seeds=1", "--table_only")
     assert "| cpu | 1 |" in (sweep / "sweep.md").read_text()
     proc = run_script("tools/findings.py", str(tmp_path / "nothing"), check=False)

@@ -120,40 +120,51 @@ class Stages:
         write_json(stamp, now | {"seconds": self.seconds[name]})
 
 
-def run_script(cmd):
-    """`python cmd...` from the repository; returns its exit status. A fork (module docstring)
-    where that is safe: Linux (macOS's system frameworks do not survive a fork), PyTorch imported,
-    no CUDA (a CUDA context does not survive one either)."""
+def forks():
+    """Whether a stage is a fork of this process (module docstring): on Linux (macOS's system
+    frameworks do not survive a fork) with PyTorch imported and no CUDA (nor does a CUDA
+    context), unless NANONOPE_NO_FORK is set."""
     torch = sys.modules.get("torch")
-    if (sys.platform != "linux" or torch is None or torch.cuda.is_available()
-            or os.environ.get("NANONOPE_NO_FORK")):
+    return (sys.platform == "linux" and torch is not None and not torch.cuda.is_available()
+            and not os.environ.get("NANONOPE_NO_FORK"))
+
+
+def run_script(cmd):
+    """`python cmd...` from the repository, forked where forks() says so; its exit status."""
+    if not (forks() and cmd[0].endswith(".py")):
         return subprocess.run([sys.executable, *cmd], cwd=ROOT).returncode
     sys.stdout.flush()  # what is buffered here would otherwise be printed twice
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # the child: the script as `python cmd...` runs it, then exit without cleanup
-        code = 1
-        try:
-            os.chdir(ROOT)
-            sys.argv, sys.path[0] = list(cmd), str((ROOT / cmd[0]).parent)
-            runpy.run_path(cmd[0], run_name="__main__")
-            code = 0
-        except SystemExit as e:
-            if isinstance(e.code, str):
-                print(e.code, file=sys.stderr)
-            code = e.code if isinstance(e.code, int) else int(e.code is not None)
-        except BaseException:  # noqa: BLE001  (a crash prints its traceback, exit status 1)
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+    if pid == 0:  # the child ends here, without the parent's cleanup
+        os._exit(run_here(cmd))
     try:
         return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     except BaseException:  # interrupted: the stage ends with the study
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         raise
+
+
+def run_here(cmd):
+    """Run the script cmd[0] with arguments cmd[1:] in this process as `python cmd...` would (its
+    folder first on sys.path, the repository the working folder); returns its exit status."""
+    code = 1
+    try:
+        os.chdir(ROOT)
+        sys.argv, sys.path[0] = list(cmd), str((ROOT / cmd[0]).parent)
+        runpy.run_path(cmd[0], run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    except BaseException:  # noqa: BLE001  (a crash prints its traceback, exit status 1)
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return code
 
 
 def resume_or_restart(run_dir, force=False):
