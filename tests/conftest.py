@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from data import CharTokenizer, write_dataset  # noqa: E402
+from tools import stages  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n auto: one worker a core, so one thread a worker
     import torch
@@ -114,13 +115,53 @@ def tiny_dataset(tmp_path_factory):
 
 def run_script(*args, timeout=300, check=True, env=None):
     """Run `python SCRIPT args...` from the repo root (env: more environment variables); returns the
-    CompletedProcess."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), **(env or {}))
-    proc = subprocess.run([sys.executable, *map(str, args)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    CompletedProcess. A script of the project's (SCRIPT.py, no env of its own) runs in a fork of
+    this process where tools/stages.py forks a study's stages (Linux, no CUDA): PyTorch is
+    imported once, not once a run (~2 s each, a hundred runs). The data scripts (which need no
+    PyTorch, and whose BPE learner's threads would not survive a fork of a process that used
+    it), `-m`, `-c`, and every run under NANONOPE_NO_FORK=1 start a new interpreter."""
+    args = [str(a) for a in args]
+    if env is None and args[0].endswith(".py") and not args[0].startswith("data/") and stages.forks():
+        proc = forked(args, timeout)
+    else:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+                   **(env or {}))
+        proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=timeout, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"{args} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def forked(args, timeout):
+    """`python args...` as a fork of this process (run_script): its output read from two files."""
+    import tempfile
+    import time
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: one thread, its own stdout and stderr, then stages.run_script's way
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            sys.stdout = open(1, "w", encoding="utf-8", buffering=1, closefd=False)
+            sys.stderr = open(2, "w", encoding="utf-8", buffering=1, closefd=False)
+            sys.stdin = open(os.devnull, encoding="utf-8")
+            import torch
+            torch.set_num_threads(1)  # as OMP_NUM_THREADS=1 would in a new interpreter
+            os._exit(stages.run_here(args))
+        deadline = time.time() + timeout
+        while not (done := os.waitpid(pid, os.WNOHANG))[0]:
+            if time.time() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                raise subprocess.TimeoutExpired(args, timeout)
+            time.sleep(0.02)
+        text = []
+        for f in (out, err):
+            f.seek(0)
+            text.append(f.read().decode("utf-8", errors="replace"))
+    return subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(done[1]), *text)
 
 
 TINY_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=8",

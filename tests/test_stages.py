@@ -2,6 +2,7 @@
 
 import sys
 
+import pytest
 import torch
 
 from tools import bench, stages
@@ -62,3 +63,25 @@ def test_bench_waits_for_an_mps_device_before_reading_the_clock(monkeypatch):
     bench.sync("cuda:0")
     bench.sync("cpu")
     assert calls == ["mps", "cuda"]
+
+
+@pytest.mark.parametrize("fork", [True, False])
+def test_a_stage_runs_as_python_would_run_it_and_gives_its_exit_status(tmp_path, monkeypatch, fork):
+    # on Linux without CUDA a fork of this process (PyTorch already imported), else a new
+    # interpreter: the same argv, working folder, output and exit status either way
+    if fork and (sys.platform != "linux" or torch.cuda.is_available()):
+        pytest.skip("a stage forks on Linux without CUDA only")
+    if not fork:
+        monkeypatch.setenv("NANONOPE_NO_FORK", "1")
+    out = tmp_path / "out.txt"
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import os, sys\n"
+        f"open({str(out)!r}, 'w').write(repr((sys.argv, os.getcwd(), 'torch' in sys.modules)))\n"
+        "if sys.argv[1] == 'user': sys.exit(2)\n"
+        "if sys.argv[1] == 'text': sys.exit('a message')\n"
+        "if sys.argv[1] == 'crash': raise RuntimeError('boom')\n", encoding="utf-8")
+    for arg, rc in (("ok", 0), ("user", 2), ("text", 1), ("crash", 1)):
+        assert stages.run_script([str(script), arg]) == rc
+        argv, cwd, torch_loaded = eval(out.read_text())
+        assert argv == [str(script), arg] and cwd == str(stages.ROOT) and torch_loaded == fork
