@@ -512,25 +512,25 @@ def alibi_attention(q, k, v, lam, slopes, window=None, sink=False, explicit=None
     q in float32, as the NoPE path does), 1,024 queries a chunk; Explicit(chunk): the written-out
     softmax in float32, as written_out_attention, with its entropy in bits.
     Returns y (B, nh, T, hs) and the entropy (B, nh, T) (None on the fast path)."""
-    B, nh, T, hs = q.shape
+    T, hs = q.size(2), q.size(3)
     chunk = 1024 if explicit is None else explicit.chunk
     ys, entropies = [], []
-    for s in range(0, T, chunk):
-        e = min(s + chunk, T)
-        lo = max(0, s - window + 1) if window is not None and not sink else 0
-        bias = alibi_bias(slopes, e, window, sink, start=s, lo=lo)      # (nh, e-s, e-lo)
-        lam_i = lam[:, :, s:e] if lam.size(2) > 1 else lam              # (1, nh, e-s|1, 1)
-        q_i = q[:, :, s:e].float() * lam_i                              # (B, nh, e-s, hs)
+    for a in range(0, T, chunk):  # queries a..b-1, keys lo..b-1
+        b = min(a + chunk, T)
+        lo = max(0, a - window + 1) if window is not None and not sink else 0
+        bias = alibi_bias(slopes, b, window, sink, start=a, lo=lo)      # (nh, b-a, b-lo)
+        lam_i = lam[:, :, a:b] if lam.size(2) > 1 else lam              # (1, nh, b-a|1, 1)
+        q_i = q[:, :, a:b].float() * lam_i                              # (B, nh, b-a, hs)
         if explicit is None:
             ys.append(F.scaled_dot_product_attention(
-                q_i.to(q.dtype), k[:, :, lo:e], v[:, :, lo:e], attn_mask=bias.to(q.dtype),
-                dropout_p=dropout_p))                                    # (B, nh, e-s, hs)
+                q_i.to(q.dtype), k[:, :, lo:b], v[:, :, lo:b], attn_mask=bias.to(q.dtype),
+                dropout_p=dropout_p))                                    # (B, nh, b-a, hs)
             continue
         with torch.autocast(q.device.type, enabled=False):
-            att = q_i @ k[:, :, lo:e].float().transpose(-2, -1) / math.sqrt(hs) + bias
-        att = F.softmax(att, dim=-1)                                     # (B, nh, e-s, e-lo)
-        entropies.append(torch.special.entr(att).sum(-1) / math.log(2))  # bits
-        ys.append(att.to(v.dtype) @ v[:, :, lo:e])
+            scores = q_i @ k[:, :, lo:b].float().transpose(-2, -1) / math.sqrt(hs) + bias
+        p = F.softmax(scores, dim=-1)                                    # (B, nh, b-a, b-lo)
+        entropies.append(torch.special.entr(p).sum(dim=-1) / math.log(2))  # bits
+        ys.append(p.to(v.dtype) @ v[:, :, lo:b])
     return torch.cat(ys, 2), (torch.cat(entropies, 2) if entropies else None)
 
 
