@@ -459,26 +459,34 @@ def entropy_modern(F, results, ent):
             and (r.startswith(("hybrid", "drope")) or r in ("nope", "nope_headscale_4L"))]
     if not any(r.startswith(("hybrid", "drope")) for r in rows):
         return None  # drawn only for a study run with --modern
-    width = max(1, L // SMOOTH)
-    fig, ax = F.plt.subplots(figsize=(9, 4.3))
-    n = 0
-    for r in rows:
+    curves = {}
+    for r in rows:  # the mean over the NoPE layers' heads, position by position
         per_layer = np.asarray(ent[r]["layer_bits_per_position"])  # (n_layer, n)
         layers = nope_layer_rows(methods[r].get("arch", methods[r]["pos_encoding"]), len(per_layer))
-        y = per_layer[layers].mean(0)
-        n = max(n, len(y))
+        curves[r] = per_layer[layers].mean(0)
+    entropy_curves(F, L, curves, "mean entropy of the NoPE layers' heads (bits)",
+                   "Attention entropy of the layers without position encoding",
+                   "entropy_modern.png")
+
+
+def entropy_curves(F, L, curves, ylabel, title, file):
+    """One entropy curve a row against position (curves: row -> (n,) bits), smoothed over
+    L/SMOOTH, beside log2 i, the entropy of attention spread evenly."""
+    width = max(1, L // SMOOTH)
+    fig, ax = F.plt.subplots(figsize=(9, 4.3))
+    for r, y in curves.items():
         line(ax, np.arange(1, len(y) + 1), moving_average(y, width), r, lw=1.2, markevery=[])
+    n = max(len(y) for y in curves.values())
     x = np.arange(1, n + 1)
     ax.plot(x, np.log2(x), color="gray", lw=0.8, ls="--", label="uniform attention, log₂ i")
     position_axis(ax, L, n)
     mark_L(ax, L)
     ax.set_xlabel("query position i")
-    ax.set_ylabel("mean entropy of the NoPE layers' heads (bits)")
-    ax.set_title(f"Attention entropy of the layers without position encoding "
-                 f"(moving average over {width})")
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{title} (moving average over {width})")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
     fig.tight_layout()
-    F.save(fig, "entropy_modern.png")
+    F.save(fig, file)
 
 
 def entropy_beyond(F, results, ent):
@@ -490,23 +498,9 @@ def entropy_beyond(F, results, ent):
             and ent[r].get("layer_bits_per_position")]
     if not any(r.startswith(("alibi", "nope_ssmax")) for r in rows):
         return None  # drawn only for a study run with --beyond
-    width = max(1, L // SMOOTH)
-    fig, ax = F.plt.subplots(figsize=(9, 4.3))
-    n = max(len(ent[r]["layer_bits_per_position"][0]) for r in rows)
-    for r in rows:
-        y = np.asarray(ent[r]["layer_bits_per_position"]).mean(0)  # (n,): every layer's mean
-        line(ax, np.arange(1, len(y) + 1), moving_average(y, width), r, lw=1.2, markevery=[])
-    x = np.arange(1, n + 1)
-    ax.plot(x, np.log2(x), color="gray", lw=0.8, ls="--", label="uniform attention, log₂ i")
-    position_axis(ax, L, n)
-    mark_L(ax, L)
-    ax.set_xlabel("query position i")
-    ax.set_ylabel("mean attention entropy (bits)")
-    ax.set_title(f"Attention entropy: NoPE, ALiBi and Scalable-Softmax (moving average over "
-                 f"{width})")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False)
-    fig.tight_layout()
-    F.save(fig, "entropy_beyond.png")
+    curves = {r: np.asarray(ent[r]["layer_bits_per_position"]).mean(0) for r in rows}
+    entropy_curves(F, L, curves, "mean attention entropy (bits)",
+                   "Attention entropy: NoPE, ALiBi and Scalable-Softmax", "entropy_beyond.png")
 
 
 def entropy_layers(F, results, ent):
