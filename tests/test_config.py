@@ -75,3 +75,27 @@ def test_shipped_presets_fit_the_scripts():
         for cls, section in ((TrainConfig, "train"), (StudyConfig, "reproduce"), (SearchConfig, "search_scales"),
                              (EvalConfig, "evaluate")):
             parse_config(cls, [f"--preset={name}"], section=section)
+
+
+def test_a_user_error_is_one_write_of_one_line(monkeypatch):
+    """stderr to a pipe is write-through: print() would write the line and its newline apart,
+    and two DDP ranks' errors ran into one line (seen in CI, 2026-12-07)."""
+    from tools.cli import run_main
+
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr("sys.stderr", Recorder())
+
+    def main():
+        raise UserError("loss is nan")
+
+    with pytest.raises(SystemExit) as e:
+        run_main(main)
+    assert e.value.code == 2 and writes == ["error: loss is nan\n"]

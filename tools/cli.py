@@ -41,10 +41,12 @@ def run_main(main):
         model = sys.modules.get("model")
         if not isinstance(e, UserError) and not (model and isinstance(e, model.CheckpointError)):
             raise
-        print(f"error: {e}", file=sys.stderr)
+        # one write, newline included: stderr to a pipe is write-through, and print() writes the
+        # line and its newline apart, so two DDP ranks' lines could run into one
+        sys.stderr.write(f"error: {e}\n")
         sys.exit(2)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        sys.stderr.write("interrupted\n")
         sys.exit(130)
     finally:
         log_peak_memory()
