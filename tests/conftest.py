@@ -117,7 +117,7 @@ def run_script(*args, timeout=300, check=True, env=None):
     """Run `python SCRIPT args...` from the repo root (env: more environment variables); returns the
     CompletedProcess. A script of the project's (SCRIPT.py, no env of its own) runs in a fork of
     this process where tools/stages.py forks a study's stages (Linux, no CUDA): PyTorch is
-    imported once, not once a run (~2 s each, a hundred runs). The data scripts (which need no
+    imported once, not once a run (~4 s each, a hundred runs). The data scripts (which need no
     PyTorch, and whose BPE learner's threads would not survive a fork of a process that used
     it), `-m`, `-c`, and every run under NANONOPE_NO_FORK=1 start a new interpreter."""
     args = [str(a) for a in args]
@@ -137,6 +137,7 @@ def forked(args, timeout):
     """`python args...` as a fork of this process (run_script): its output read from two files."""
     import tempfile
     import time
+    stages.preload()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         sys.stdout.flush()
         sys.stderr.flush()
