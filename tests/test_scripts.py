@@ -2,13 +2,14 @@
 
 import csv
 import json
+import re
 import shutil
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import TINY_TRAIN, run_script
+from conftest import ROOT, TINY_TRAIN, run_script
 from model import load_checkpoint
 
 pytestmark = pytest.mark.slow
@@ -195,10 +196,13 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path, builtin_corpus):
     assert (out / "eval" / "loss_beyond.png").exists() and (out / "eval" / "entropy_beyond.png").exists()
     report = (out / "report.md").read_text()
     assert "ALiBi and Scalable-Softmax beside NoPE" in report and "| `nope_ssmax_headscale_4L` |" in report
-    for ckpt in ("alibi", "nope_ssmax"):  # sampled past 8L from the checkpoint alone
+    prompt = tmp_path / "prompt.txt"  # past 8L from the checkpoint alone: a prompt longer than 8L
+    prompt.write_text((ROOT / "model.py").read_text(encoding="utf-8")[:1000], encoding="utf-8")
+    for ckpt in ("alibi", "nope_ssmax"):
         proc = run_script("sample.py", f"--ckpt={out / ckpt / 'ckpt.pt'}", "--num_samples=1",
-                          f"--max_new_tokens={8 * 104}", "--top_k=5")
-        assert proc.returncode == 0 and proc.stdout.strip()
+                          f"--start=FILE:{prompt}", "--max_new_tokens=8", "--top_k=5")
+        n = int(re.search(r"prompt (\d+) tokens", proc.stdout).group(1))
+        assert n > 8 * 104 and len(proc.stdout.splitlines()) > 2
     new = {"nope_logn", "nope_slope_grid", "nope_headslope_4L", "nope_headscale_8L"}
     modern = {"hybrid", "hybrid_swa", "hybrid_llama4", "hybrid_swa_llama4", "drope", "drope_short", "drope_zeroshot"}
     modern |= {f"{m}_{k}_4L" for m in ("hybrid", "hybrid_swa", "drope") for k in ("uniform", "headscale")}
