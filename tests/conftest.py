@@ -18,6 +18,9 @@ from tools import stages  # noqa: E402
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n auto: one worker a core, so one thread a worker
     import torch
     torch.set_num_threads(1)  # (two workers of two threads each on 2 cores ran some tests 4x slower)
+    # and one in every process a test starts (OpenMP's idle threads spin: a copy's T5 run
+    # beside the other worker took 18.9 s of CPU for 6 s of work, 2026-12-07)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 # -----------------------------------------------------------------------------
