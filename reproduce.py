@@ -58,7 +58,7 @@ from evaluate import length_name
 from tools.cli import (ROOT, UserError, atomic_write_text, format_seconds, load_preset,
                        parse_config, read_json, run_main)
 from tools.plot import ENTROPY_ROWS
-from tools.stages import Stages, resume_or_restart
+from tools.stages import Stages, resume_or_restart, run_script
 from train import TrainConfig
 
 
@@ -182,7 +182,9 @@ def main():
     if cfg.beyond:
         beyond_rows(study)          # 5d. ALiBi and Scalable-Softmax trained beside NoPE
     # 6. the figures, drawn from the saved files (cheap: always redrawn), and the report
-    subprocess.run([sys.executable, "tools/plot.py", f"--study={study.out}"], cwd=ROOT, check=True)
+    plot = ["tools/plot.py", f"--study={study.out}"]
+    if (code := run_script(plot)) != 0:  # a fork, as the stages are, where they are
+        raise subprocess.CalledProcessError(code, plot)
     write_report(cfg, study.out, study.L, study.stages.seconds, time.time() - t_start)
 
 
