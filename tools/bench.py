@@ -236,9 +236,13 @@ def main():
     print(f"grid   one lambda at 4L ({cfg.grid_windows} windows): {grid:.2f} s; "
           f"a {points}-point grid at 2L+4L+8L takes about {points * grid * (2 + 4 + 8) / 4:.0f} s")
 
-    # evaluation: time and peak memory, each measurement in a fresh process
+    # evaluation: time and peak memory, each measurement in a fresh process: forked, where the
+    # OS can, from a server that imported PyTorch and the project once (and never touches CUDA)
     res["eval"] = []
-    mp_ctx = mp.get_context("spawn")
+    fork_server = "forkserver" in mp.get_all_start_methods()
+    mp_ctx = mp.get_context("forkserver" if fork_server else "spawn")
+    if fork_server:
+        mp_ctx.set_forkserver_preload(["torch", "evaluate", "search_scales"])
     for n in length_list(cfg.eval_lengths, L):
         for entropy in (False, True):
             q = mp_ctx.Queue()
