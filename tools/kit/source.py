@@ -65,12 +65,13 @@ def task_of(check):
 
 def tests_command(plugin, ids):
     """The command line that runs the tests of tasks `ids` (tests/test_paper.py, test_T3_...)
-    under a plugin of the kit's, with no third-party plugin, cache or addopts of the project's,
-    and no unraisableexception plugin (its garbage collections at the end, with PyTorch loaded,
-    cost 0.4 s a run)."""
+    under a plugin of the kit's, with no third-party plugin, cache, addopts or conftest.py of
+    the project's (the suite's own hooks: its temp-folder canaries, its git status; the checks
+    use no fixture), and no unraisableexception plugin (its garbage collections at the end, with
+    PyTorch loaded, cost 0.4 s a run)."""
     return [sys.executable, "-m", "pytest", "tests/test_paper.py", "-q", "-p", plugin,
             "-k", " or ".join(f"test_{t}_" for t in ids), "-p", "no:cacheprovider",
-            "-p", "no:unraisableexception", "-o", "addopts="]
+            "-p", "no:unraisableexception", "-o", "addopts=", "--noconftest"]
 
 
 # -----------------------------------------------------------------------------
