@@ -435,7 +435,8 @@ def passkey_rows(study):
     study.stages.run("passkey_eval", [
         "tools/passkey.py", f"--ckpts={','.join(pk_methods)}", f"--out_dir={pk}",
         f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
-        f"--avg_up_to={max(cfg.passkey_lengths):g}"], [os.path.join(pk, "passkey.json")])
+        f"--avg_up_to={max(cfg.passkey_lengths):g}", "--plots=false"],  # step 6 draws them
+        [os.path.join(pk, "passkey.json")])
 
 
 def slope_rows(study):
@@ -538,7 +539,8 @@ def modern_passkey(study, names):
     study.stages.run("passkey_eval_modern", [
         "tools/passkey.py", f"--ckpts={','.join(rows)}", f"--out_dir={pk}",
         f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
-        f"--avg_up_to={max(cfg.passkey_lengths):g}"], [os.path.join(pk, "passkey.json")])
+        f"--avg_up_to={max(cfg.passkey_lengths):g}", "--plots=false"],  # step 6 draws them
+        [os.path.join(pk, "passkey.json")])
 
 
 def beyond_rows(study):
@@ -599,7 +601,8 @@ def beyond_passkey(study, names):
     study.stages.run("passkey_eval_beyond", [
         "tools/passkey.py", f"--ckpts={','.join(rows)}", f"--out_dir={pk}",
         f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
-        f"--avg_up_to={max(cfg.passkey_lengths):g}"], [join(pk, "passkey.json")])
+        f"--avg_up_to={max(cfg.passkey_lengths):g}", "--plots=false"],  # step 6 draws them
+        [join(pk, "passkey.json")])
 
 
 def write_report(cfg, out, L, times, wall):

@@ -46,6 +46,7 @@ class PasskeyConfig:
     avg_up_to: float = 8.0              # report the mean accuracy over lengths up to this many L
     seed: int = 2024                    # the keys
     plot_only: bool = False             # redraw from passkey.csv alone
+    plots: bool = True                  # draw the heat maps (reproduce.py: once, at its end)
     device: str = "auto"                # auto | cpu | cuda | mps
     dtype: str = "auto"                 # auto | float32 | bfloat16 | float16
                                         # (auto on CUDA: bf16 where native, else fp16)
@@ -141,7 +142,8 @@ def main():
         write_csv(csv_path, rows, ["method", "length", "depth", "accuracy", "n"])
     table, avg = summarise(cfg.out_dir, rows, L, cfg.avg_up_to)
     print(table)
-    plot.report(cfg.out_dir, plot.draw_passkey(cfg.out_dir, rows, avg, L), [])
+    if cfg.plots:
+        plot.report(cfg.out_dir, plot.draw_passkey(cfg.out_dir, rows, avg, L), [])
 
 
 if __name__ == "__main__":
