@@ -2,11 +2,13 @@
 
 import contextlib
 import csv
+import json
 import math
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -119,21 +121,23 @@ def test_divergence_stops_without_a_broken_checkpoint(tiny_dataset, tmp_path):
     assert not (out / "ckpt.pt").exists()
 
 
-def _finite_in_rank(rank, path, values, out):
+FINITE_CASES = (([float("nan"), 0.0], False), ([1.0, 2.0], True), ([1.0, float("inf")], False))
+
+
+def _finite_in_rank(rank, path, out):
     torch.distributed.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=2)
-    out[rank] = finite_everywhere(values[rank], True, "cpu")
+    got = [finite_everywhere(values[rank], True, "cpu") for values, _ in FINITE_CASES]
     torch.distributed.destroy_process_group()
+    (Path(out) / f"rank{rank}.json").write_text(json.dumps(got))
 
 
 def test_a_loss_not_finite_in_one_process_stops_every_process(tmp_path):
     """Rank 0 alone measures validation: if its loss is not finite, rank 1 must stop too, not wait
-    for it at the next gradient all-reduce."""
+    for it at the next gradient all-reduce (each case one collective of the same two processes)."""
     import torch.multiprocessing as mp
-    cases = (([float("nan"), 0.0], False), ([1.0, 2.0], True), ([1.0, float("inf")], False))
-    for i, (values, expected) in enumerate(cases):
-        out = mp.Manager().dict()
-        mp.spawn(_finite_in_rank, args=(str(tmp_path / f"rendezvous{i}"), values, out), nprocs=2, join=True)
-        assert dict(out) == {0: expected, 1: expected}
+    mp.spawn(_finite_in_rank, args=(str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=True)
+    expected = [e for _, e in FINITE_CASES]
+    assert [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)] == [expected] * 2
 
 
 def test_ddp_two_cpu_processes(tiny_dataset, tmp_path):
@@ -143,7 +147,6 @@ def test_ddp_two_cpu_processes(tiny_dataset, tmp_path):
                       f"--dataset={tiny_dataset}", f"--out_dir={out}", *TINY_TRAIN, "--max_iters=10",
                       "--eval_interval=10", "--pos_encoding=alibi", "--ssmax=true", timeout=240)
     assert "2 process(es)" in proc.stdout
-    import json
     summary = json.loads((out / "summary.json").read_text())
     assert summary["processes"] == 2 and summary["steps"] == 10 and math.isfinite(summary["final_val_loss"])
     model, _ = load_checkpoint(out / "ckpt.pt")
@@ -171,7 +174,6 @@ def test_fine_tuning_keeps_train_len_the_model_L(tiny_dataset, tmp_path):
     tune = [f"--dataset={tiny_dataset}", f"--out_dir={tmp_path / 'b'}", *TINY_TRAIN, "--max_iters=2",
             "--eval_interval=2", f"--init_from={tmp_path / 'a' / 'ckpt.pt'}", "--block_size=64"]
     run_script("train.py", *tune)
-    import json
     s = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert (s["train_len"], s["seq_len"]) == (32, 64) and s["bos"]  # train_len means L, as in results.json
     proc = run_script("train.py", *tune, "--overwrite", "--bos=false", check=False)  # never silently mixed
