@@ -767,8 +767,7 @@ def beyond_section(cfg, out):
     """tools/beyond.py's tables of ALiBi and Scalable-Softmax beside NoPE, with --beyond."""
     if not cfg.beyond:
         return []
-    proc = subprocess.run([sys.executable, "tools/beyond.py", out], cwd=ROOT,
-                          capture_output=True, text=True, encoding="utf-8")
+    proc = run_script(["tools/beyond.py", out], capture=True)
     return ["", "**ALiBi and Scalable-Softmax beside NoPE** "
             f"(`python tools/beyond.py {os.path.relpath(out, ROOT)}`; docs/beyond.md)", "",
             proc.stdout.strip() or proc.stderr.strip()]
@@ -776,8 +775,7 @@ def beyond_section(cfg, out):
 
 def findings_section(out):
     """tools/findings.py's verdicts on the paper's findings, run on the study as a reader would."""
-    proc = subprocess.run([sys.executable, "tools/findings.py", out], cwd=ROOT,
-                          capture_output=True, text=True, encoding="utf-8")
+    proc = run_script(["tools/findings.py", out], capture=True)
     return ["", "**Which of the paper's findings hold here** "
             f"(`python tools/findings.py {os.path.relpath(out, ROOT)}`; criteria in its docstring)",
             "", "```", proc.stdout.strip() or proc.stderr.strip(), "```"]

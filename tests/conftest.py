@@ -137,35 +137,15 @@ def run_script(*args, timeout=300, check=True, env=None):
 
 
 def forked(args, timeout):
-    """`python args...` as a fork of this process (run_script): its output read from two files."""
-    import tempfile
-    import time
-    stages.preload()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child: one thread, its own stdout and stderr, then stages.run_script's way
-            os.dup2(out.fileno(), 1)
-            os.dup2(err.fileno(), 2)
-            sys.stdout = open(1, "w", encoding="utf-8", buffering=1, closefd=False)
-            sys.stderr = open(2, "w", encoding="utf-8", buffering=1, closefd=False)
-            sys.stdin = open(os.devnull, encoding="utf-8")
-            import torch
-            torch.set_num_threads(1)  # as OMP_NUM_THREADS=1 would in a new interpreter
-            os._exit(stages.run_here(args))
-        deadline = time.time() + timeout
-        while not (done := os.waitpid(pid, os.WNOHANG))[0]:
-            if time.time() > deadline:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                raise subprocess.TimeoutExpired(args, timeout)
-            time.sleep(0.02)
-        text = []
-        for f in (out, err):
-            f.seek(0)
-            text.append(f.read().decode("utf-8", errors="replace"))
-    return subprocess.CompletedProcess(args, os.waitstatus_to_exitcode(done[1]), *text)
+    """`python args...` as a fork of this process (run_script), with one thread as
+    OMP_NUM_THREADS=1 would give a new interpreter (the fork inherits it)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return stages.run_script(args, capture=True, timeout=timeout)
+    finally:
+        torch.set_num_threads(threads)
 
 
 TINY_TRAIN = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=32", "--batch_size=8",

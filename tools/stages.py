@@ -23,6 +23,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -130,19 +131,48 @@ def forks():
             and not os.environ.get("NANONOPE_NO_FORK"))
 
 
-def run_script(cmd):
-    """`python cmd...` from the repository, forked where forks() says so; its exit status."""
+def run_script(cmd, capture=False, timeout=None):
+    """`python cmd...` from the repository, forked where forks() says so: its exit status, or
+    with capture a CompletedProcess holding its stdout and stderr (text). Past timeout seconds
+    it is killed and subprocess.TimeoutExpired raised."""
     if not (forks() and cmd[0].endswith(".py")):
-        return subprocess.run([sys.executable, *cmd], cwd=ROOT).returncode
+        done = subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=capture,
+                              text=capture, encoding="utf-8" if capture else None, timeout=timeout)
+        return done if capture else done.returncode
     preload()
-    sys.stdout.flush()  # what is buffered here would otherwise be printed twice
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child ends here, without the parent's cleanup
-        os._exit(run_here(cmd))
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()  # what is buffered here would otherwise be printed twice
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child ends here, without the parent's cleanup
+            if capture:
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                sys.stdout = open(1, "w", encoding="utf-8", buffering=1, closefd=False)
+                sys.stderr = open(2, "w", encoding="utf-8", buffering=1, closefd=False)
+                sys.stdin = open(os.devnull, encoding="utf-8")
+            os._exit(run_here(cmd))
+        code = wait(pid, cmd, timeout)
+        if not capture:
+            return code
+        text = []
+        for f in (out, err):
+            f.seek(0)
+            text.append(f.read().decode("utf-8", errors="replace"))
+    return subprocess.CompletedProcess(cmd, code, *text)
+
+
+def wait(pid, cmd, timeout=None):
+    """The exit status of the fork pid; killed past timeout seconds, or when this is interrupted
+    (a stage ends with the study)."""
+    deadline = None if timeout is None else time.time() + timeout
     try:
-        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    except BaseException:  # interrupted: the stage ends with the study
+        while not (done := os.waitpid(pid, 0 if deadline is None else os.WNOHANG))[0]:
+            if time.time() > deadline:
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            time.sleep(0.02)
+        return os.waitstatus_to_exitcode(done[1])
+    except BaseException:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         raise
