@@ -165,13 +165,23 @@ def project(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def kit(project, tmp_path_factory):
+def kit(project, tmp_path_factory, worker_id):
     """A student copy of every task, made from `project` (about 15 s: the project's checks run
-    once at the public seeds to store their outputs)."""
-    out = tmp_path_factory.mktemp("kit") / "assignment"
-    done = subprocess.run([sys.executable, "tools/classroom.py", "student", str(out)], cwd=project,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    once at the public seeds to store their outputs), once a run: under pytest -n the first
+    worker to ask builds it in the run's folder and the others wait for it. Read only: a test
+    that writes into a copy copies it first."""
+    from filelock import FileLock  # a dependency of PyTorch's
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # the run's folder, above each worker's own
+    out, built = shared / "kit" / "assignment", shared / "kit.built"
+    with FileLock(str(shared / "kit.lock")):
+        if not built.exists():
+            shutil.rmtree(out.parent, ignore_errors=True)  # a worker that failed half way
+            done = subprocess.run([sys.executable, "tools/classroom.py", "student", str(out)],
+                                  cwd=project, capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            built.touch()
     return out
 
 
@@ -1060,7 +1070,7 @@ def test_the_project_scores_full(project, tmp_path):
 
 
 @pytest.mark.slow  # the student copy built, or a grading run
-def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit):
+def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit, tmp_path):
     from tools.kit.student import answer_lines, leaks
     tasks = tasks_of(project)
     for teacher in ("tests/test_classroom.py", "tests/test_model.py", "tests/conftest.py", "classroom/README.md",
@@ -1074,11 +1084,10 @@ def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit):
     assert len(lines) > 40 and "a = float((x * y).sum() / (x ** 2).sum())" in lines
     assert leaks(kit, lines) == []
     assert "dense_reference" not in (kit / "tests" / "test_paper.py").read_text("utf-8")  # no reference code
-    (kit / "notes.md").write_text("a hint: `a = float((x * y).sum() / (x ** 2).sum())`\n", encoding="utf-8")
-    try:
-        assert leaks(kit, lines) == [("notes.md", "a = float((x * y).sum() / (x ** 2).sum())")]
-    finally:
-        (kit / "notes.md").unlink()
+    mine = tmp_path / "copy"  # the kit is shared by the suite's workers: written only in a copy
+    shutil.copytree(kit, mine)
+    (mine / "notes.md").write_text("a hint: `a = float((x * y).sum() / (x ** 2).sum())`\n", encoding="utf-8")
+    assert leaks(mine, lines) == [("notes.md", "a = float((x * y).sum() / (x ** 2).sum())")]
     out = cli("grade", kit, cwd=kit)  # a student copy has no grader
     assert out.returncode == 2 and "the teacher's" in out.stderr
     import re
