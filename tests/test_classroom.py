@@ -18,6 +18,7 @@ checks show only what the kit's own defence stops, never by writing a kernel set
 
 import ast
 import copy
+import functools
 import importlib.util
 import json
 import os
@@ -33,7 +34,7 @@ import pytest
 
 from tools import classroom
 from tools.classroom import ClassroomConfig, copy_project, grade, read_tasks
-from tools.kit import copyflag, remote, report, sandbox, wire
+from tools.kit import copyflag, remote, report, sandbox, snapshots, wire
 from tools.kit.grade import Grader, choose_submission, score_checks, seed_of
 from tools.kit.source import Refused, blank, find_function, fingerprint, segment, take, take_snapshot
 from tools.kit.upload import UploadError, read_upload
@@ -305,13 +306,19 @@ def task_checks(tid, functions, tmp_path):
     return outcomes.out
 
 
+@functools.lru_cache(maxsize=None)
+def stored_calls(folder, tid):
+    """The student copy's stored calls of task tid, read once a worker (xz and torch.load: ~0.5 s
+    a read, and some sixty tests replay them); each replay gets a deep copy of its own."""
+    return snapshots.read(Path(folder) / f"{tid}.pt.xz")["checks"]
+
+
 def copy_checks(kit, tid, functions):
     """Every replayed check of task tid in the student copy `kit` (its stored calls), made here
     on `functions` {qualname: function}: {check: None or the exception}."""
     import evaluate
     import model
     import search_scales
-    from tools.kit import snapshots
     modules = {"model.py": model, "search_scales.py": search_scales, "evaluate.py": evaluate}
     spec = {q: p for s in read_tasks()[tid]["functions"] for p, q in [s.split(":")]}
     saved, out = [], {}
@@ -320,13 +327,13 @@ def copy_checks(kit, tid, functions):
         saved.append((module, qualname, getattr(module, qualname)))
         setattr(module, qualname, fn)
     try:
-        for name, calls in snapshots.load(kit / "tests" / "snapshots").items():
-            if name.startswith(f"test_{tid}_"):
-                try:
-                    snapshots.replay(name, calls)
-                    out[name] = None
-                except Exception as e:  # noqa: BLE001
-                    out[name] = e
+        stored = copy.deepcopy(stored_calls(str(kit / "tests" / "snapshots"), tid))
+        for name, calls in stored.items():
+            try:
+                snapshots.replay(name, calls)
+                out[name] = None
+            except Exception as e:  # noqa: BLE001
+                out[name] = e
     finally:
         for module, qualname, old in saved:
             setattr(module, qualname, old)
@@ -1105,7 +1112,6 @@ def test_the_student_copys_replay_holds_the_graders_bound_and_no_more(kit, tmp_p
     B*nh*chunk*T, not the project's own largest tensor (the Classroom 50 test replays an
     independent T2 that makes exactly that many values)."""
     import model
-    from tools.kit import snapshots
     checks = snapshots.load(kit / "tests" / "snapshots")
     name = next(n for n in checks if n.startswith("test_T2_holds_one_chunk"))
     observed = [c["seen"] for c in checks[name] if c["seen"] is not None]
