@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tools.cli import UserError, parse_config, run_main  # noqa: E402
-from data import (DATA_DIR, CharTokenizer, TiktokenTokenizer, check_bpe_size, gpt2_encoding,  # noqa: E402
-                  read_text, split_by_hash, train_bpe, write_dataset)
+from data import (DATA_DIR, CharTokenizer, TiktokenTokenizer, check_bpe_size,  # noqa: E402
+                  gpt2_encoding, read_text, split_by_hash, train_bpe, write_dataset)
 
 
 @dataclass

@@ -102,7 +102,8 @@ def choose_submission(sub, tasks, most=20):
                 try:
                     node = find_function(parse_text(read_upload(here, path)), qualname)
                     written += node is not None and stub_message(node) is None
-                except Exception:  # noqa: BLE001  (read and refused again, with its reason, when graded)
+                # unreadable: read and refused again, with its reason, when graded
+                except Exception:  # noqa: BLE001
                     pass
         found.append((written, len(present), -order, here))
         if len(found) >= most:
@@ -111,7 +112,10 @@ def choose_submission(sub, tasks, most=20):
         return None, ""
     found.sort(key=lambda f: f[:3], reverse=True)
     best, rest = found[0], found[1:]
-    rel = lambda p: (Path(p).relative_to(sub).as_posix() or ".") if p != Path(sub) else "."  # noqa: E731
+
+    def rel(p):
+        return (Path(p).relative_to(sub).as_posix() or ".") if p != Path(sub) else "."
+
     if not rest and best[3] == Path(sub):
         return best[3], ""
     line = f"graded the folder {plain(rel(best[3]), 200)}: {best[0]} task functions written there"

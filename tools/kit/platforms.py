@@ -39,7 +39,8 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q python3 python3-pip python3-venv bubblewrap
 python3 -m venv "$ROOT/venv"
-"$ROOT/venv/bin/python" -m pip install -q "torch=={torch}" --index-url https://download.pytorch.org/whl/cpu
+"$ROOT/venv/bin/python" -m pip install -q "torch=={torch}" \
+    --index-url https://download.pytorch.org/whl/cpu
 "$ROOT/venv/bin/python" -m pip install -q -r "$ROOT/source/nanoNoPE/requirements.txt"
 # the student's code runs as this user when the container forbids namespaces (--sandbox=user)
 id -u nanonope-student >/dev/null 2>&1 \

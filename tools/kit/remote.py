@@ -388,7 +388,8 @@ class Link:
                 reply = ("value", to_wire(next(obj), refs))
             except StopIteration:
                 reply = ("stop", None)
-            except Exception as e:  # noqa: BLE001  (the test's own iterator raised: raised after the call)
+            # the test's own iterator raised: raised after the call
+            except Exception as e:  # noqa: BLE001
                 pending.append(e)
                 reply = ("raise", f"{type(e).__name__}: {e}")
             send(self.wfd, reply)
@@ -464,7 +465,8 @@ class Worker:
             try:
                 value, after, seen = self.run(request)
                 reply = ("result", to_wire(value), to_wire(after), self.states(), seen)
-            except BaseException as e:  # noqa: BLE001  (a skip, an exit, anything: the judge decides)
+            # a skip, an exit, anything: the judge decides
+            except BaseException as e:  # noqa: BLE001
                 lines = str(e).strip().splitlines()
                 reply = ("error", type(e).__name__, lines[0][:500] if lines else "", self.states())
             send(self.wfd, reply)
