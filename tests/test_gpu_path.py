@@ -6,6 +6,10 @@ import os
 
 import pytest
 import torch
+# imported before the fixture below patches torch's device checks: PyTorch 2.14's dynamo reads
+# torch.backends.mps.is_available.__wrapped__ when it is first imported (as stages.preload and
+# any optimizer import it), and a plain lambda in its place has none
+import torch._dynamo  # noqa: F401
 
 import reproduce
 from conftest import make_docs, run_script
