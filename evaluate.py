@@ -3,7 +3,7 @@ Measure checkpoints past their training length L: the study's one measurement, d
 
     python evaluate.py --ckpts=nope=out/nope/ckpt.pt,rope=out/rope/ckpt.pt --out_dir=out/eval
     python evaluate.py --ckpts=nope_window_L=out/nope/ckpt.pt --context=128 --out_dir=out/eval
-    python tools/plot.py --eval_dir=out/eval --search_dir=out/nope/scales  # figures from the files
+    python study/plot.py --eval_dir=out/eval --search_dir=out/nope/scales  # figures from the files
 
 For each checkpoint and each length n (default L, 1.5L, 2L, 3L, 4L, 8L, 16L), on the same
 fixed, seeded validation windows (each inside one document, none overlapping, from the "eval"
@@ -19,7 +19,7 @@ start token reads it at position 0, and every model scores the same target token
     windows (the explicit softmax path)
   - text samples continuing a prompt of 3L tokens
 Results merge into out_dir/results.json by method name, so several runs (e.g. one with
---context) build one table. tools/plot.py draws the figures from the saved files alone.
+--context) build one table. study/plot.py draws the figures from the saved files alone.
 train.py's validation monitor and search_scales.py's grid call the same measure() below.
 """
 
@@ -34,7 +34,7 @@ import torch
 
 from data import Dataset
 from model import load_checkpoint
-from tools.cli import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config,
+from common import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config,
                        pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 
 # What a measurement means. Bump it when that changes (the start token, the windows, the
@@ -319,7 +319,7 @@ def sample(model, ds, cfg, L, device):
 
 
 # -----------------------------------------------------------------------------
-# Tables, from the saved files alone (tools/plot.py draws the figures)
+# Tables, from the saved files alone (study/plot.py draws the figures)
 
 def reference_of(results, name):
     """The row a method is compared with at each length: a model of the same kind (position
@@ -494,7 +494,7 @@ def main():
             md += [f"**{name}:**", "```", s["continuation"], "```"]
         atomic_write_text(os.path.join(cfg.out_dir, "samples.md"), "\n".join(md) + "\n")
     print(table)
-    print(f"figures: python tools/plot.py --eval_dir={cfg.out_dir}")
+    print(f"figures: python study/plot.py --eval_dir={cfg.out_dir}")
 
 
 if __name__ == "__main__":

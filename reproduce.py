@@ -55,10 +55,10 @@ from dataclasses import dataclass, field
 
 from data import Dataset, dataset_dir
 from evaluate import length_name
-from tools.cli import (ROOT, UserError, atomic_write_text, format_seconds, load_preset,
+from common import (ROOT, UserError, atomic_write_text, format_seconds, load_preset,
                        parse_config, read_json, run_main)
-from tools.plot import ENTROPY_ROWS
-from tools.stages import Stages, resume_or_restart, run_script
+from study.plot import ENTROPY_ROWS
+from study.stages import Stages, resume_or_restart, run_script
 from train import TrainConfig
 
 
@@ -182,7 +182,7 @@ def main():
     if cfg.beyond:
         beyond_rows(study)          # 5d. ALiBi and Scalable-Softmax trained beside NoPE
     # 6. the figures, drawn from the saved files (cheap: always redrawn), and the report
-    plot = ["tools/plot.py", f"--study={study.out}"]
+    plot = ["study/plot.py", f"--study={study.out}"]
     if (code := run_script(plot)) != 0:  # a fork, as the stages are, where they are
         raise subprocess.CalledProcessError(code, plot)
     write_report(cfg, study.out, study.L, study.stages.seconds, time.time() - t_start)
@@ -222,10 +222,10 @@ def check(cfg):
 
 def gpu_preset_estimate(cfg):
     """Roughly how long the gpu preset's trainings take on this machine's CPU: their FLOPs
-    (GPT.flops_per_token) over the rate of a float32 matmul measured here (tools/bench.py). A
+    (GPT.flops_per_token) over the rate of a float32 matmul measured here (study/bench.py). A
     lower bound: a model never runs at its matmul rate."""
     from model import GPT, GPTConfig
-    from tools.bench import matmul_rate
+    from study.bench import matmul_rate
     t = load_preset("gpu", "train")
     keys = ("n_layer", "n_head", "n_embd", "block_size")
     model = GPT(GPTConfig(**{k: getattr(cfg, k) or t[k] for k in keys}, vocab_size=256))
@@ -433,7 +433,7 @@ def passkey_rows(study):
     pk_methods += [f"nope_headscale_{ab}{tag}={os.path.join(pk_scales, f'head_{ab}{tag}.pt')}"
                    for tag in ("", "_noclamp", "_noinit")]
     study.stages.run("passkey_eval", [
-        "tools/passkey.py", f"--ckpts={','.join(pk_methods)}", f"--out_dir={pk}",
+        "study/passkey.py", f"--ckpts={','.join(pk_methods)}", f"--out_dir={pk}",
         f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
         f"--avg_up_to={max(cfg.passkey_lengths):g}", "--plots=false"],  # step 6 draws them
         [os.path.join(pk, "passkey.json")])
@@ -537,7 +537,7 @@ def modern_passkey(study, names):
         passkey_finetune(study, name)
     rows = [f"{n}={os.path.join(pk, n, 'ckpt.pt')}" for n in names]
     study.stages.run("passkey_eval_modern", [
-        "tools/passkey.py", f"--ckpts={','.join(rows)}", f"--out_dir={pk}",
+        "study/passkey.py", f"--ckpts={','.join(rows)}", f"--out_dir={pk}",
         f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
         f"--avg_up_to={max(cfg.passkey_lengths):g}", "--plots=false"],  # step 6 draws them
         [os.path.join(pk, "passkey.json")])
@@ -599,7 +599,7 @@ def beyond_passkey(study, names):
     rows = [f"{n}={join(pk, n, 'ckpt.pt')}" for n in names]
     rows += [f"nope_ssmax_headscale_{ab}={join(sc, f'head_{ab}.pt')}"]
     study.stages.run("passkey_eval_beyond", [
-        "tools/passkey.py", f"--ckpts={','.join(rows)}", f"--out_dir={pk}",
+        "study/passkey.py", f"--ckpts={','.join(rows)}", f"--out_dir={pk}",
         f"--lengths={lengths(cfg.passkey_lengths)}", f"--keys={cfg.passkey_keys}",
         f"--avg_up_to={max(cfg.passkey_lengths):g}", "--plots=false"],  # step 6 draws them
         [join(pk, "passkey.json")])
@@ -638,7 +638,7 @@ def report_head(cfg, out, L, tr):
     the trained models (tr: their summaries) and evaluate.py's table."""
     notoken = (f"; NoPE without the start token: {tr['nope_notoken']['final_val_loss']:.4f}"
                if "nope_notoken" in tr else "")
-    from tools import findings  # the headline sentences, computed from the study's files
+    from study import findings  # the headline sentences, computed from the study's files
     nope, rope = tr["nope"], tr["rope"]
     return [f"# nanoNoPE study: {cfg.dataset}, preset {cfg.preset}, L = {L}", "",
             *[f"- {s}" for s in findings.headline(out)], "",
@@ -750,7 +750,7 @@ def slopes_section(cfg, scales):
 
 
 def passkey_section(cfg, out):
-    """tools/passkey.py's table and heat maps, when the passkey stage ran."""
+    """study/passkey.py's table and heat maps, when the passkey stage ran."""
     pk_table = os.path.join(out, "passkey", "passkey.md")
     if not (cfg.passkey and os.path.exists(pk_table)):
         return []
@@ -764,20 +764,20 @@ def passkey_section(cfg, out):
 
 
 def beyond_section(cfg, out):
-    """tools/beyond.py's tables of ALiBi and Scalable-Softmax beside NoPE, with --beyond."""
+    """study/beyond.py's tables of ALiBi and Scalable-Softmax beside NoPE, with --beyond."""
     if not cfg.beyond:
         return []
-    proc = run_script(["tools/beyond.py", out], capture=True)
+    proc = run_script(["study/beyond.py", out], capture=True)
     return ["", "**ALiBi and Scalable-Softmax beside NoPE** "
-            f"(`python tools/beyond.py {os.path.relpath(out, ROOT)}`; docs/beyond.md)", "",
+            f"(`python study/beyond.py {os.path.relpath(out, ROOT)}`; docs/beyond.md)", "",
             proc.stdout.strip() or proc.stderr.strip()]
 
 
 def findings_section(out):
-    """tools/findings.py's verdicts on the paper's findings, run on the study as a reader would."""
-    proc = run_script(["tools/findings.py", out], capture=True)
+    """study/findings.py's verdicts on the paper's findings, run on the study as a reader would."""
+    proc = run_script(["study/findings.py", out], capture=True)
     return ["", "**Which of the paper's findings hold here** "
-            f"(`python tools/findings.py {os.path.relpath(out, ROOT)}`; criteria in its docstring)",
+            f"(`python study/findings.py {os.path.relpath(out, ROOT)}`; criteria in its docstring)",
             "", "```", proc.stdout.strip() or proc.stderr.strip(), "```"]
 
 

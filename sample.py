@@ -19,7 +19,7 @@ import torch
 
 from data import Dataset, read_text
 from model import load_checkpoint
-from tools.cli import UserError, parse_config, pick_device, read_json, run_main
+from common import UserError, parse_config, pick_device, read_json, run_main
 
 
 @dataclass

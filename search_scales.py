@@ -44,7 +44,7 @@ On a hybrid of RoPE and NoPE layers (GPTConfig.nope_every) every scale and slope
 layers alone; the RoPE layers keep lambda = 1.
 The grid scores windows of the validation split's "search" documents; evaluate.py scores its "eval"
 documents (protocol 3, data.doc_sides): lambda is never judged, at any length, on text it was
-chosen on (python tools/overlap.py prints 0.0% shared). HeadScale fits on the training split.
+chosen on (python study/overlap.py prints 0.0% shared). HeadScale fits on the training split.
 """
 
 import contextlib
@@ -61,7 +61,7 @@ from data import Dataset
 from evaluate import binned, default_tail, length_list, length_name, measure
 from model import load_checkpoint, save_checkpoint
 from train import cosine_lr
-from tools.cli import (Progress, UserError, autocast, parse_config, pick_device, pick_dtype,
+from common import (Progress, UserError, autocast, parse_config, pick_device, pick_dtype,
                        read_json, run_main, write_csv, write_json)
 
 

@@ -29,7 +29,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from data import Dataset
 from evaluate import measure
 from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
-from tools.cli import (Progress, UserError, autocast, config_dict, format_seconds, grad_scaler,
+from common import (Progress, UserError, autocast, config_dict, format_seconds, grad_scaler,
                        parse_config, pick_device, pick_dtype, run_main, write_csv, write_json)
 
 

@@ -24,6 +24,6 @@ reproduce = dict(
                              # add it with --lengths)
     passkey=False,           # passkey fine-tuning: --passkey=true adds it
     beyond=True,             # ALiBi and Scalable-Softmax beside NoPE (docs/beyond.md): on a card
-                             # two trainings cost about a minute; tools/gpu_check.py's budgeted
+                             # two trainings cost about a minute; study/gpu_check.py's budgeted
                              # study leaves them out unless --study_args=beyond=true
 )

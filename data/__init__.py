@@ -28,16 +28,14 @@ import json
 import math
 import os
 import re
-import sys
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
+from common import UserError
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # so data/NAME/prepare.py can import the project's modules
-    sys.path.insert(0, str(ROOT))
-from tools.cli import UserError  # noqa: E402
 
 DATA_DIR = Path(__file__).resolve().parent
 PLACEHOLDER = "\ufffd"  # stands for every character outside an ASCII-only vocabulary
@@ -535,7 +533,7 @@ class Dataset:
         the same text; bos and no-bos models score the same targets.
         subset: "eval" or "search" takes windows only inside that subset's documents (doc_sides,
         protocol 3), so at no length does the scale search, or train.py's monitor, read a token
-        the evaluation scores ("all" takes every document; tools/overlap.py counts what is shared).
+        the evaluation scores ("all" takes every document; study/overlap.py counts what is shared).
         count' = min(count, windows available); a shortfall is printed in one line."""
         import torch
         offsets = self.window_offsets(length, count, seed, split, subset)

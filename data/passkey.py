@@ -14,7 +14,7 @@ prompt that "fills n" fills n positions including it. Get one from Dataset.passk
 import numpy as np
 import torch
 
-from tools.cli import UserError
+from common import UserError
 
 FILLER = ("The grass is green. The sky is blue. The sun is yellow. Here we go. "
           "There and back again. ")

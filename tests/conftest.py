@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from data import CharTokenizer, write_dataset  # noqa: E402
-from tools import stages  # noqa: E402
+from study import stages  # noqa: E402
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n auto: one worker a core, so one thread a worker
     import torch
@@ -119,7 +119,7 @@ def tiny_dataset(tmp_path_factory):
 def run_script(*args, timeout=300, check=True, env=None):
     """Run `python SCRIPT args...` from the repo root (env: more environment variables); returns the
     CompletedProcess. A script of the project's (SCRIPT.py, no env of its own) runs in a fork of
-    this process where tools/stages.py forks a study's stages (Linux, no CUDA): PyTorch is
+    this process where study/stages.py forks a study's stages (Linux, no CUDA): PyTorch is
     imported once, not once a run (~4 s each, a hundred runs). The data scripts (which need no
     PyTorch, and whose BPE learner's threads would not survive a fork of a process that used
     it), `-m`, `-c`, and every run under NANONOPE_NO_FORK=1 start a new interpreter."""

@@ -10,7 +10,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_bench_smoke(tmp_path):
-    run_script("tools/bench.py", "--preset=tiny", "--steps=2", "--eval_lengths=1,4", "--eval_windows=2",
+    run_script("study/bench.py", "--preset=tiny", "--steps=2", "--eval_lengths=1,4", "--eval_windows=2",
                "--grid_windows=2", "--matmul_size=256", f"--out_dir={tmp_path}")
     res = json.loads((tmp_path / "bench_tiny_cpu.json").read_text())
     assert res["train"]["tokens_per_s"] > 0 and 0 < res["train"]["mfu"]

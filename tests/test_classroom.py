@@ -1,4 +1,4 @@
-"""The classroom kit (tools/classroom.py, tools/kit/) as a teacher, a student and a hostile
+"""The classroom kit (classroom/command.py, classroom/) as a teacher, a student and a hostile
 student would try it.
 
 Each defence is tested where it is decided, in this process or with a tiny child: extraction by
@@ -32,12 +32,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tools import classroom
-from tools.classroom import ClassroomConfig, copy_project, grade, read_tasks
-from tools.kit import copyflag, remote, report, sandbox, snapshots, wire
-from tools.kit.grade import Grader, choose_submission, score_checks, seed_of
-from tools.kit.source import Refused, blank, find_function, fingerprint, segment, take, take_snapshot
-from tools.kit.upload import UploadError, read_upload
+from classroom import command as classroom
+from classroom.command import ClassroomConfig, copy_project, grade, read_tasks
+from classroom import copyflag, remote, report, sandbox, snapshots, wire
+from classroom.grade import Grader, choose_submission, score_checks, seed_of
+from classroom.source import Refused, blank, find_function, fingerprint, segment, take, take_snapshot
+from classroom.upload import UploadError, read_upload
 
 ROOT = Path(__file__).resolve().parents[1]
 INDEPENDENT = ROOT / "tests" / "independent"
@@ -121,7 +121,7 @@ WRONG = [
 
 
 def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "tools/classroom.py", *map(str, args)], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "classroom", *map(str, args)], cwd=cwd, capture_output=True,
                           text=True, encoding="utf-8")
 
 
@@ -150,7 +150,7 @@ def scores(results):
 
 
 def tasks_of(root):
-    from tools.kit.grade import read_tasks as read
+    from classroom.grade import read_tasks as read
     return read(Path(root) / "classroom" / "tasks.toml")
 
 
@@ -179,7 +179,7 @@ def kit(project, tmp_path_factory, worker_id):
     with FileLock(str(shared / "kit.lock")):
         if not built.exists():
             shutil.rmtree(out.parent, ignore_errors=True)  # a worker that failed half way
-            done = subprocess.run([sys.executable, "tools/classroom.py", "student", str(out)],
+            done = subprocess.run([sys.executable, "-m", "classroom", "student", str(out)],
                                   cwd=project, capture_output=True, text=True)
             assert done.returncode == 0, done.stderr
             built.touch()
@@ -720,7 +720,7 @@ def test_text_from_student_code_is_plain_short_and_masked_for_the_student():
 def test_a_worker_that_prints_without_end_keeps_a_short_log(tmp_path):
     """What a worker prints reaches a log of at most log_kb, with one line saying how much was
     cut; without the cap (a limit of all of it) the same stream is all kept."""
-    from tools.kit.judge import keep_log
+    from classroom.judge import keep_log
     for limit, kept in ((64 << 10, 64 << 10), (10 << 20, 3 << 20)):
         r, w = os.pipe()
         child = subprocess.Popen([sys.executable, "-c", "import os, sys\nfor _ in range(48):\n"
@@ -794,7 +794,7 @@ def run_probe(method, tmp_path, limits):
     copy = tmp_path / method / "task"
     (copy / "kit").mkdir(parents=True)
     (tmp_path / method / "root").mkdir()
-    shutil.copy2(ROOT / "tools" / "kit" / "sandbox.py", copy / "kit" / "sandbox.py")
+    shutil.copy2(ROOT / "classroom" / "sandbox.py", copy / "kit" / "sandbox.py")
     (copy / "probe.py").write_text(PROBE, encoding="utf-8")
     canary = tmp_path / "canary.txt"
     canary.write_text("", encoding="utf-8")
@@ -967,7 +967,7 @@ def test_bad_input_is_refused_in_one_line_before_any_work(tmp_path, monkeypatch)
     cases = (["grade", ROOT, "--tasks=T1,T9"], ["student", tmp_path / "new", "--tasks=T7"], ["teach", tmp_path],
              ["grade", ROOT, "--color=red"], ["grade", ROOT, "--sandbox=jail"], ["grade", ROOT, "--memory_mb=0"], [])
     for args in cases:  # in this process (each command line would start Python again)
-        monkeypatch.setattr(sys, "argv", ["tools/classroom.py", *map(str, args)])
+        monkeypatch.setattr(sys, "argv", ["classroom", *map(str, args)])
         with pytest.raises(classroom.UserError) as e:
             classroom.main()
         assert "\n" not in str(e.value), args
@@ -998,8 +998,8 @@ def test_grade_all_never_stops_for_one_student_and_writes_as_it_goes(project, tm
     two students with the same functions are paired; the roster's columns ride along and a late
     submission (by the roster's submitted_at, the platform's time) is marked; --only regrades
     one row; a changed checkout stops the class and keeps the rows written."""
-    from tools.kit import gradebook
-    from tools.kit import grade as grade_module
+    from classroom import gradebook
+    from classroom import grade as grade_module
     tasks = tasks_of(project)
     klass = tmp_path / "class"
     for name in ("ada", "bob", "cy", "dee", "=cmd"):  # the last, a name a spreadsheet would run
@@ -1078,11 +1078,11 @@ def test_the_project_scores_full(project, tmp_path):
 
 @pytest.mark.slow  # the student copy built, or a grading run
 def test_the_student_copy_holds_no_answer_and_no_teacher_file(project, kit, tmp_path):
-    from tools.kit.student import answer_lines, leaks
+    from classroom.student import answer_lines, leaks
     tasks = tasks_of(project)
     for teacher in ("tests/test_classroom.py", "tests/test_model.py", "tests/conftest.py", "classroom/README.md",
-                    "classroom/lab_key.md", "classroom/lab_ranges.json", ".ci/run", "tools/kit/grade.py", "tools/kit/judge.py",
-                    "tools/kit/sandbox.py", "tools/kit/student.py", "tools/kit/platforms.py", "tests/independent",
+                    "classroom/lab_key.md", "classroom/lab_ranges.json", ".ci/run", "classroom/grade.py", "classroom/judge.py",
+                    "classroom/sandbox.py", "classroom/student.py", "classroom/platforms.py", "tests/independent",
                     ".github"):
         assert not (kit / teacher).exists(), teacher
     assert (kit / "classroom" / "lab.md").exists() and (kit / "classroom" / "T5.md").exists()
@@ -1129,9 +1129,9 @@ def test_the_gradescope_zip_as_gradescope_runs_it(project, kit, tmp_path):
     """The zip for T1, T3 and T4, unpacked into a fake /autograder, run_autograder run on two
     uploads (about 20 s): the project nested in one folder (full), and a model.py that does not
     parse (T1 0, the others full). (A blank copy's 0: the Classroom 50 test.)"""
-    from tools.kit.platforms import unpack
+    from classroom.platforms import unpack
     zip_path = tmp_path / "autograder.zip"
-    done = subprocess.run([sys.executable, "tools/classroom.py", "gradescope", str(zip_path), "--tasks=T1,T3,T4",
+    done = subprocess.run([sys.executable, "-m", "classroom", "gradescope", str(zip_path), "--tasks=T1,T3,T4",
                            "--secret=zip secret", "--timeout=60"], cwd=project, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     import zipfile
@@ -1225,7 +1225,7 @@ def test_grade_all_grades_a_varied_class_to_the_expected_gradebook(project, kit,
     (klass / "kim" / "nope-assignment" / "search_scales.py").write_text(with_(indep[3, "b"], indep[4, "c"]), encoding="utf-8")
     (klass / "notes.txt").write_text("a stray file\n", encoding="utf-8")
     book = tmp_path / "grades.csv"
-    out = subprocess.run([sys.executable, "tools/classroom.py", "grade-all", str(klass), f"--csv={book}",
+    out = subprocess.run([sys.executable, "-m", "classroom", "grade-all", str(klass), f"--csv={book}",
                           "--tasks=T3,T4", "--secret=class secret", f"--sandbox={'auto' if METHODS else 'none'}"],
                          cwd=project, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

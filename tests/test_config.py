@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.cli import UserError, load_preset, parse_config
+from common import UserError, load_preset, parse_config
 
 
 @dataclass
@@ -80,7 +80,7 @@ def test_shipped_presets_fit_the_scripts():
 def test_a_user_error_is_one_write_of_one_line(monkeypatch):
     """stderr to a pipe is write-through: print() would write the line and its newline apart,
     and two DDP ranks' errors ran into one line (seen in CI, 2026-12-07)."""
-    from tools.cli import run_main
+    from common import run_main
 
     writes = []
 

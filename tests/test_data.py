@@ -12,7 +12,7 @@ import pytest
 import tiktoken
 import torch
 
-from tools.cli import UserError
+from common import UserError
 from conftest import ROOT, run_script
 from data import BPE_FILE, BpeTokenizer, CharTokenizer, Dataset, TiktokenTokenizer, train_bpe, write_dataset
 
@@ -96,7 +96,7 @@ def test_data_scripts_and_the_kits_answers_need_no_torch(tmp_path):
         done = without_torch(*args)
         assert done.returncode == 0 and "wrote" in done.stdout, (args, done.stderr)
     for script in ("data/pystdlib/prepare.py", "data/text/prepare.py", "data/shakespeare_char/prepare.py",
-                   "tools/classroom.py"):
+                   "classroom/__main__.py"):
         assert without_torch(script, "-h").returncode == 0, script
         refused = without_torch(script, *(["grade", "x"] if "classroom" in script else []), "--colour=red")
         assert refused.returncode == 2 and refused.stderr.startswith("error: unknown option --colour"), \
@@ -441,9 +441,9 @@ def test_prepare_counts_the_evaluation_windows_it_can_give(tiny_dataset):
 
 def test_protocol_3_no_evaluated_token_is_read_by_a_search_or_the_monitor(tiny_dataset):
     """The validation documents go to the search or to the evaluation, once for every length: no
-    window of any length of one reads a token of the other, and tools/overlap.py prints 0.0%."""
+    window of any length of one reads a token of the other, and study/overlap.py prints 0.0%."""
     from data import doc_sides
-    from tools.overlap import tokens
+    from study.overlap import tokens
     ds = Dataset(str(tiny_dataset))
     names, starts, lengths = ds.docs("val")
     side = doc_sides(names, lengths)
@@ -460,7 +460,7 @@ def test_protocol_3_no_evaluated_token_is_read_by_a_search_or_the_monitor(tiny_d
     offsets = ds.window_offsets(64, 8, seed=3)
     w = ds.windows(64, 8, seed=3)  # the windows are the tokens at those offsets
     assert torch.equal(w[:, 1:], torch.from_numpy(np.stack([ds.tokens["val"][o + 1:o + 65] for o in offsets]).astype(np.int64)))
-    proc = run_script("tools/overlap.py", f"--dataset={tiny_dataset}", "--L=32", "--search_lengths=2,4",
+    proc = run_script("study/overlap.py", f"--dataset={tiny_dataset}", "--L=32", "--search_lengths=2,4",
                       "--eval_lengths=1,2,4")
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("| search at", "| monitor at"))]
     assert len(rows) == 3 and all(line.count("0.0% / 0.0%") == 3 for line in rows), proc.stdout

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from tools.findings import check_run, lambda_grows, measures
+from study.findings import check_run, lambda_grows, measures
 
 L = 100
 
@@ -98,7 +98,7 @@ def test_each_row_is_compared_with_a_model_of_its_own_kind():
 
 
 def test_headline_sentences_carry_the_study_numbers(tmp_path):
-    from tools.findings import headline
+    from study.findings import headline
     run = study(tmp_path)
     with_kinds(run)
     (tmp_path / "scales" / "uniform.json").write_text(json.dumps(

@@ -14,8 +14,8 @@ import torch._dynamo  # noqa: F401
 import reproduce
 from conftest import make_docs, run_script
 from model import GPT, GPTConfig
-from tools import cli
-from tools.cli import UserError, pick_device, pick_dtype
+import common as cli
+from common import UserError, pick_device, pick_dtype
 from train import optimizer_step
 
 
@@ -149,7 +149,7 @@ def test_gpu_check_trial_runs_every_step_on_the_cpu(tmp_path):
     # every process it starts warns where a text file is opened in the locale's encoding (Windows'
     # would fail on the report's "lambda"); none may be ours (matplotlib's own are not)
     utf8 = {"PYTHONWARNDEFAULTENCODING": "1", "PYTHONWARNINGS": "default::EncodingWarning"}
-    proc = run_script("tools/gpu_check.py", "--trial", f"--out_dir={out}", f"--dataset={ds}", "--budget=400",
+    proc = run_script("study/gpu_check.py", "--trial", f"--out_dir={out}", f"--dataset={ds}", "--budget=400",
                       timeout=600, env=utf8)
     assert "6 of 6 commands passed" in proc.stdout
     logs = [proc.stderr] + [p.read_text(encoding="utf-8") for p in (out / "logs").glob("*.log")]
@@ -164,12 +164,12 @@ def test_gpu_check_trial_runs_every_step_on_the_cpu(tmp_path):
                                                                     "evaluate.py"}
     assert (out / "runs" / "study" / "report.md").exists() and (out / "runs" / "study" / "eval" / "hero.png").exists()
     assert not list((out / "runs").rglob("*.pt"))  # checkpoints stay in the work folder
-    refused = run_script("tools/gpu_check.py", f"--out_dir={tmp_path / 'no'}", check=False)
+    refused = run_script("study/gpu_check.py", f"--out_dir={tmp_path / 'no'}", check=False)
     assert refused.returncode == 2 and "--trial" in refused.stderr and not (tmp_path / "no").exists()
 
 
 def test_the_budgeted_study_sizes_alibi_and_ssmax_in_only_when_asked():
-    from tools.gpu_check import CheckConfig, study_steps
+    from study.gpu_check import CheckConfig, study_steps
     cfg = CheckConfig(step_ms=15.0, max_steps=100000)
     plain, _ = study_steps(cfg, 600, None, {"notoken": "false"})
     beyond, _ = study_steps(cfg, 600, None, {"notoken": "false", "beyond": "true"})

@@ -12,9 +12,9 @@ Test names begin with their piece (test_T1_...), so `pytest -k T3` runs one piec
 cases are numbered [0]...[4]. Each piece's first checks are its edge cases and its return types,
 the same inputs in every grading (no SEED): a function wrong only for width-1 bins, a position at
 L or a context that is no multiple of 8 fails every grading alike, whatever its text. Every seed is offset by SEED, the environment variable
-NANONOPE_SEED (0 when unset): tools/classroom.py's grader sets it for each task from a
+NANONOPE_SEED (0 when unset): classroom/command.py's grader sets it for each task from a
 teacher's secret, so a grade cannot be passed by reading these tests' numbers. Graded, these tests run in the judge and each graded
-function is a stand-in that calls the student's in a sandboxed worker (tools/kit/remote.py):
+function is a stand-in that calls the student's in a sandboxed worker (classroom/remote.py):
 the comparisons below are made where the student's code cannot reach them. observe() looks at
 how a function computes (no SDPA, the chunk bound) in the process that runs it. Each check says
 in words what it found, and where a known mistake explains the result, names it."""
@@ -31,7 +31,7 @@ from evaluate import excess, last_L_losses, measure
 from model import query_scale, window_mask, written_out_attention
 from search_scales import fit_head_scales, fit_log_law, uniform_scale
 from test_model import V, make, reference_attention
-from tools.kit.remote import observe, project_version
+from classroom.remote import observe, project_version
 
 SEED = int(os.environ.get("NANONOPE_SEED", "0"))  # the grader's offset (it sets SEED per task); 0: public
 CASES = range(5)                                   # random cases, each of seed SEED + case

@@ -5,7 +5,7 @@ import csv
 import pytest
 import torch
 
-from tools.cli import UserError
+from common import UserError
 from conftest import TINY_TRAIN, run_script
 from data import CharTokenizer
 from data.passkey import FILLER, KEY_SENTENCE, QUESTION, Passkey
@@ -71,14 +71,14 @@ def test_passkey_training_and_evaluation(tmp_path):
     assert proc.returncode == 2 and f"--block_size={shortest - 1} or more" in proc.stderr
     out = tmp_path / "eval"
     ck = tmp_path / "run" / "ckpt.pt"
-    run_script("tools/passkey.py", f"--ckpts=a={ck},b={ck}", f"--out_dir={out}", "--lengths=4,8", "--depths=2",
+    run_script("study/passkey.py", f"--ckpts=a={ck},b={ck}", f"--out_dir={out}", "--lengths=4,8", "--depths=2",
                "--keys=2", f"--dataset={ds}")
     with open(out / "passkey.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 2 * 2 and {r["method"] for r in rows} == {"a", "b"}
     assert all(0 <= float(r["accuracy"]) <= 1 and r["n"] == "2" for r in rows)
     assert (out / "passkey_a.png").exists() and "mean up to" in (out / "passkey.md").read_text()
-    proc = run_script("tools/passkey.py", f"--ckpts=a={ck}", f"--out_dir={out}", "--lengths=0.5", f"--dataset={ds}",
+    proc = run_script("study/passkey.py", f"--ckpts=a={ck}", f"--out_dir={out}", "--lengths=0.5", f"--dataset={ds}",
                       check=False)
     assert proc.returncode == 2 and "shorter than the passkey template" in proc.stderr
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from tools import plot
+from study import plot
 from conftest import run_script
 
 L = 32
@@ -84,7 +84,7 @@ def test_a_study_draws_every_figure_from_its_files(tmp_path):
     study = tmp_path / "study"
     write_eval(study / "eval", ALL)
     write_search(study / "scales")
-    proc = run_script("tools/plot.py", f"--study={study}")  # no checkpoint exists: files alone
+    proc = run_script("study/plot.py", f"--study={study}")  # no checkpoint exists: files alone
     for fn in ("hero.png", "loss_nope_remedies.png", "loss_rope_extensions.png", "loss_length_following.png",
                "loss_start_token.png", "position_loss.png", "entropy.png", "lambda_grid.png", "scales_head_4L.png",
                "scales_headslope_4L.png", "entropy_vs_scale_4L.png"):
@@ -97,7 +97,7 @@ def test_some_rows_draw_what_they_can_and_say_what_is_missing(tmp_path):
     drawn, skipped = plot.draw_eval(str(tmp_path))
     assert "position_loss.png" in drawn and "entropy.png" in drawn and "loss_nope_remedies.png" in drawn
     assert "hero.png" not in drawn and any("hero.png (no rope, nope_window_L)" in s for s in skipped)
-    proc = run_script("tools/plot.py", f"--eval_dir={tmp_path}")
+    proc = run_script("study/plot.py", f"--eval_dir={tmp_path}")
     assert len([ln for ln in proc.stdout.splitlines() if ln.startswith("skipped")]) == 1
 
 
@@ -131,12 +131,12 @@ def test_passkey_and_screen_figures(tmp_path):
              "final_val_bpb": v} for r, t in (("bpe", 1e6), ("bpe_x2", 2e6)) for s in (1, 2)
             for pe, v in (("nope", 2.0), ("rope", 1.8))]
     screen.write_text(json.dumps({"rows": rows}))
-    run_script("tools/plot.py", f"--screen={screen}")
+    run_script("study/plot.py", f"--screen={screen}")
     assert is_png(tmp_path / "gap_vs_tokens.png")
 
 
 @pytest.mark.parametrize("args, message", [(["--eval_dir=/nonexistent"], "evaluate first"),
                                            ([], "nothing to draw"), (["--screen=/nonexistent.json"], "sweep.py --screen")])
 def test_plot_bad_input(args, message):
-    proc = run_script("tools/plot.py", *args, check=False)
+    proc = run_script("study/plot.py", *args, check=False)
     assert proc.returncode == 2 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

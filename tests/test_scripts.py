@@ -133,8 +133,8 @@ def test_evaluate_tables_plots_and_merging(trained, tmp_path):
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 2 * 3 and {r["protocol"] for r in rows} == {"mean", "tail"}
-    assert not list(out.glob("*.png"))  # evaluate.py measures; tools/plot.py draws
-    proc = run_script("tools/plot.py", f"--eval_dir={out}")  # plots come from the files alone
+    assert not list(out.glob("*.png"))  # evaluate.py measures; study/plot.py draws
+    proc = run_script("study/plot.py", f"--eval_dir={out}")  # plots come from the files alone
     assert (out / "position_loss.png").stat().st_size > 10_000 and (out / "entropy.png").exists()
     assert "skipped hero.png (no rope)" in proc.stdout
     # a different protocol cannot be merged into the same table
@@ -223,17 +223,17 @@ def test_reproduce_runs_every_stage_then_skips_them(tmp_path, builtin_corpus):
                       f"--dataset={builtin_corpus}", check=False)
     assert proc.returncode == 2 and "--grid_lengths" in proc.stderr
     # the findings check reads the study's files; the sweep tabulates it
-    proc = run_script("tools/findings.py", str(out))
+    proc = run_script("study/findings.py", str(out))
     assert all(f"({k}) " in proc.stdout for k in range(1, 9))  # (8): the passkey stage ran
     sweep = tmp_path / "sweep"
     shutil.copytree(out, sweep / "cpu_s1")
-    proc = run_script("tools/beyond.py", str(out), str(sweep / "cpu_s1"))  # a column a study
+    proc = run_script("study/beyond.py", str(out), str(sweep / "cpu_s1"))  # a column a study
     loss = next(line for line in proc.stdout.splitlines() if line.startswith("| `alibi` |"))
     cells = loss.split("|")[2:5]  # loss at L, excess at 2L and 4L (8L not measured here)
     assert all("–" not in c and c.count(";") == 1 for c in cells), loss
-    run_script("tools/sweep.py", f"--out_dir={sweep}", "--recipes=cpu", "--seeds=1", "--table_only")
+    run_script("study/sweep.py", f"--out_dir={sweep}", "--recipes=cpu", "--seeds=1", "--table_only")
     assert "| cpu | 1 |" in (sweep / "sweep.md").read_text()
-    proc = run_script("tools/findings.py", str(tmp_path / "nothing"), check=False)
+    proc = run_script("study/findings.py", str(tmp_path / "nothing"), check=False)
     assert proc.returncode == 2 and "no finished study" in proc.stderr
 
 
@@ -341,7 +341,7 @@ def test_rope_factor_grid_measures_plain_rope_when_its_grid_lacks_factor_1(train
 
 def test_a_stage_stamped_with_another_protocol_runs_again(tmp_path):
     from evaluate import PROTOCOL
-    from tools.stages import Stages
+    from study.stages import Stages
     stages = Stages(str(tmp_path), force=False)
     marker = tmp_path / "ran"
     cmd = ["-c", f"open({str(marker)!r}, 'a').write('x')"]
@@ -360,7 +360,7 @@ def test_evaluate_and_passkey_on_another_dataset_say_so_in_one_line(trained, tmp
     other = tmp_path / "other"
     docs = make_docs(6, seed=9)
     write_dataset(other, docs[:5], docs[5:], CharTokenizer.from_texts(["xyz\n"] + [t for _, t in docs]), {"corpus": "x"})
-    for script, extra in (("evaluate.py", ["--lengths=1"]), ("tools/passkey.py", ["--lengths=1"])):
+    for script, extra in (("evaluate.py", ["--lengths=1"]), ("study/passkey.py", ["--lengths=1"])):
         proc = run_script(script, f"--ckpts=a={trained}", f"--out_dir={tmp_path / script}", f"--dataset={other}",
                           *extra, check=False)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
@@ -369,12 +369,12 @@ def test_evaluate_and_passkey_on_another_dataset_say_so_in_one_line(trained, tmp
 
 def test_sweep_screen_trains_both_models_per_seed_and_tabulates_them(tmp_path, builtin_corpus):
     out = tmp_path / "sweep"  # the tiny recipe on the built-in corpus, prepared in the temp folder
-    run_script("tools/sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}",
+    run_script("study/sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}",
                f"--dataset={builtin_corpus}")
     rows = json.loads((out / "screen.json").read_text())["rows"]
     assert {(r["seed"], r["pos_encoding"]) for r in rows} == {(1, "nope"), (1, "rope"), (2, "nope"), (2, "rope")}
     assert all(r["final_val_bpb"] > 0 for r in rows)
     assert f"| tiny | {builtin_corpus} |" in (out / "screen.md").read_text()
-    again = run_script("tools/sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}",
+    again = run_script("study/sweep.py", "--screen", "--recipes=tiny", "--seeds=1,2", f"--out_dir={out}",
                        f"--dataset={builtin_corpus}")
     assert again.stdout.count("done before, skipped") == 4

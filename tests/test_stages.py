@@ -1,11 +1,11 @@
-"""What decides whether a study's stage runs again (tools/stages.py), and bench.py's portability."""
+"""What decides whether a study's stage runs again (study/stages.py), and bench.py's portability."""
 
 import sys
 
 import pytest
 import torch
 
-from tools import bench, stages
+from study import bench, stages
 
 
 def project(tmp_path, monkeypatch):

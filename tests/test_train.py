@@ -15,7 +15,7 @@ import torch
 
 from conftest import ROOT, TINY_TRAIN, run_script
 from model import load_checkpoint
-from tools.cli import UserError, config_dict
+from common import UserError, config_dict
 from train import TrainConfig, check_resume, finite_everywhere, memorising
 
 pytestmark = pytest.mark.slow
@@ -197,7 +197,7 @@ def test_fit_at_stops_a_diverging_fit_and_fits_float16_cards_in_float32(tiny_dat
     import search_scales
     from data import Dataset
     from test_model import make
-    from tools.cli import UserError
+    from common import UserError
     model = make("nope", bos=True, vocab_size=Dataset(str(tiny_dataset)).vocab_size, n_layer=1)
     ds = Dataset(str(tiny_dataset), bos=True)
     cfg = search_scales.SearchConfig(steps=3, log_interval=100, fit_batch_size=2)

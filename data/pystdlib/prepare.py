@@ -28,8 +28,9 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tools.cli import UserError, parse_config, run_main  # noqa: E402
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from common import UserError, parse_config, run_main  # noqa: E402
 from data import (CharTokenizer, check_bpe_size, read_text, split_by_hash, train_bpe,  # noqa: E402
                   write_dataset)
 

@@ -12,8 +12,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tools.cli import UserError, parse_config, run_main  # noqa: E402
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from common import UserError, parse_config, run_main  # noqa: E402
 from data import CharTokenizer, read_text, write_dataset  # noqa: E402
 
 URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"

@@ -18,8 +18,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tools.cli import UserError, parse_config, run_main  # noqa: E402
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from common import UserError, parse_config, run_main  # noqa: E402
 from data import (DATA_DIR, CharTokenizer, TiktokenTokenizer, check_bpe_size,  # noqa: E402
                   gpt2_encoding, read_text, split_by_hash, train_bpe, write_dataset)
 

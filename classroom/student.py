@@ -1,17 +1,17 @@
 """
-The student copy (python tools/classroom.py student OUT): the project's snapshot (the tracked
+The student copy (python -m classroom student OUT): the project's snapshot (the tracked
 files at HEAD) with each handed-out task's functions blanked by `ast` (signature and docstring
 kept, the body replaced by raise NotImplementedError("T3: write uniform_scale
 (classroom/T3.md)")). Nothing marks the solution in the project's code: the blanks are cut
 from the code itself.
 
 What the copy holds instead of the project's tests: tests/test_paper.py replays the project's
-own checks from outputs stored at the public seeds (tools/kit/snapshots.py; recorded here by
+own checks from outputs stored at the public seeds (classroom/snapshots.py; recorded here by
 running the project's tests), so no reference code ships. What it leaves out (TEACHER_ONLY):
 the project's tests and CI, the teacher's guide, the lab's key, and the grader's parts the
 students never run. It also writes classroom50/tests.json and classroom50/runtime.json, what a
 teacher hands to Classroom 50 (`gh teacher assignment add ... --tests --runtime`;
-tools/kit/platforms.py), and .classroom.json (which tasks are blank). It holds no workflow:
+classroom/platforms.py), and .classroom.json (which tasks are blank). It holds no workflow:
 Classroom 50's own shim is written into each student's repository when they accept.
 """
 
@@ -23,8 +23,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tools.cli import UserError
-from tools.kit.source import blank, copy_tree, split_spec, take_snapshot, tests_command
+from common import UserError
+from classroom.source import blank, copy_tree, split_spec, take_snapshot, tests_command
 
 MARK = ".classroom.json"  # written into a student copy: which tasks are blank
 TEACHER_ONLY = (
@@ -33,21 +33,21 @@ TEACHER_ONLY = (
     ".github",
     "classroom/README.md",
     "classroom/lab_key.md",
-    "tools/kit/grade.py",
-    "tools/kit/judge.py",
-    "tools/kit/sandbox.py",
-    "tools/kit/student.py",
-    "tools/kit/platforms.py",
-    "tools/kit/gradebook.py",
-    "tools/kit/copyflag.py",
-    "tools/kit/upload.py",
+    "classroom/grade.py",
+    "classroom/judge.py",
+    "classroom/sandbox.py",
+    "classroom/student.py",
+    "classroom/platforms.py",
+    "classroom/gradebook.py",
+    "classroom/copyflag.py",
+    "classroom/upload.py",
     "classroom/lab_ranges.json",
 )
 
 
 def record(snap, ids, tasks, out):
     """Run the project's checks of the tasks ids at the public seeds in snap, storing every
-    call to their functions (tools/kit/snapshots.py) into out/T1.pt ..."""
+    call to their functions (classroom/snapshots.py) into out/T1.pt ..."""
     spec = Path(out) / "record.json"
     Path(out).mkdir(parents=True, exist_ok=True)
     spec.write_text(
@@ -62,11 +62,11 @@ def record(snap, ids, tasks, out):
         "OMP_NUM_THREADS": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    cmd = tests_command("tools.kit.snapshots", ids) + ["--tb=line"]
+    cmd = tests_command("classroom.snapshots", ids) + ["--tb=line"]
     done = subprocess.run(
         cmd, cwd=snap, env=env, capture_output=True, text=True, encoding="utf-8", errors="replace"
     )
-    from tools.kit.snapshots import read
+    from classroom.snapshots import read
 
     for t in ids:
         f = Path(out) / f"{t}.pt.xz"
@@ -134,7 +134,7 @@ def dead_links_cut(copy):
 
 
 def student(out, ids, tasks, root):
-    from tools.kit.platforms import classroom50_runtime, classroom50_tests
+    from classroom.platforms import classroom50_runtime, classroom50_tests
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -169,7 +169,7 @@ def student(out, ids, tasks, root):
                 (out / path).write_text(source, encoding="utf-8", newline="\n")
             (out / "tests" / "snapshots").mkdir(parents=True)
             shutil.copy2(
-                snap / "tools" / "kit" / "student_tests.py", out / "tests" / "test_paper.py"
+                snap / "classroom" / "student_tests.py", out / "tests" / "test_paper.py"
             )
             for f in sorted(stored.glob("T*.pt.xz")):
                 shutil.copy2(f, out / "tests" / "snapshots" / f.name)
@@ -230,7 +230,7 @@ def answer_lines(root, tasks, ids, shortest=25):
     task functions: what must not appear in any text file of a student copy."""
     import ast
 
-    from tools.kit.source import find_function
+    from classroom.source import find_function
 
     bodies, outside = set(), set()
     specs = [split_spec(s) for t in ids for s in tasks[t]["functions"]]

@@ -25,7 +25,7 @@ import time
 import typing
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]  # the repository
+ROOT = Path(__file__).resolve().parent  # the repository
 
 
 class UserError(Exception):

@@ -1,13 +1,13 @@
 """
 The lab's numbers (classroom/lab.md) read from finished studies, one per seed, and their
 range over the seeds: the expected ranges a teacher checks the lab against
-(python tools/classroom.py ranges).
+(python -m classroom ranges).
 """
 
 from pathlib import Path
 
-from tools.cli import UserError, write_csv
-from tools.kit.report import csv_cell, plain
+from common import UserError, write_csv
+from classroom.report import csv_cell, plain
 
 
 def lab_numbers(run):
@@ -15,9 +15,9 @@ def lab_numbers(run):
     import numpy as np
 
     from evaluate import excess
-    from tools.findings import entropy_onset, loss_at, measures, onset
-    from tools.plot import head_entropy_near, read_head_table
-    from tools.cli import read_json
+    from study.findings import entropy_onset, loss_at, measures, onset
+    from study.plot import head_entropy_near, read_head_table
+    from common import read_json
 
     ev = Path(run) / "eval"
     res, pos = read_json(ev / "results.json"), read_json(ev / "positions.json")
@@ -67,7 +67,7 @@ def lab_numbers(run):
 
 def ranges(runs, cfg):
     """Print the lab's numbers of each study and their range; with cfg.json, write them."""
-    from tools.cli import read_json, write_json
+    from common import read_json, write_json
 
     for r in runs:
         if not (Path(r) / "eval" / "results.json").exists():
@@ -100,7 +100,7 @@ def digits_of(quantity):
     return 1 if "%" in quantity else 2 if "(L)" in quantity or "lambda at" in quantity else 3
 
 
-EXPECTED = Path(__file__).resolve().parents[2] / "classroom" / "lab_ranges.json"
+EXPECTED = Path(__file__).resolve().parents[1] / "classroom" / "lab_ranges.json"
 
 
 KEY_SEEDS = range(1337, 1342)  # the seeds the expected ranges were measured on: never a student's
@@ -109,7 +109,7 @@ KEY_SEEDS = range(1337, 1342)  # the seeds the expected ranges were measured on:
 def assign_seeds(students_csv, out, first=2001):
     """ranges --assign: a roster with one seed a student (from `first`, none of the key's), from
     a CSV with a `folder` column (the names the hand-ins carry)."""
-    from tools.kit.gradebook import read_roster
+    from classroom.gradebook import read_roster
 
     roster, columns = read_roster(students_csv)
     if not out:
@@ -127,14 +127,14 @@ def assign_seeds(students_csv, out, first=2001):
 
 def read_handin(f):
     """(seed, {name: value}) of one hand-in; ValueError (why, in words) when it is not one."""
-    from tools.cli import read_json
+    from common import read_json
 
     try:
         got = read_json(f)
     except (ValueError, UnicodeDecodeError):
         got = None
     if not isinstance(got, dict) or not isinstance(got.get("numbers"), dict):
-        raise ValueError("not a hand-in of `ranges --json` (python tools/classroom.py ranges "
+        raise ValueError("not a hand-in of `ranges --json` (python -m classroom ranges "
                          "out/lab_S --json=FILE)")
     seeds = got.get("seeds")
     if not isinstance(seeds, list) or not seeds:
@@ -157,8 +157,8 @@ def check_handins(folder, cfg):
     --roster (a `folder` and a `seed` column: ranges --assign makes one), the hand-in's seed
     must be the student's own; numbers equal to the key's or to another student's are flagged.
     A malformed hand-in is a row with its reason, never a stop."""
-    from tools.cli import read_json
-    from tools.kit.gradebook import read_roster
+    from common import read_json
+    from classroom.gradebook import read_roster
 
     if not EXPECTED.exists():
         raise UserError(
@@ -170,7 +170,7 @@ def check_handins(folder, cfg):
     if not files:
         raise UserError(
             f"{folder} holds no .json hand-in: each student runs "
-            "python tools/classroom.py ranges out/lab_S --json=NAME.json"
+            "python -m classroom ranges out/lab_S --json=NAME.json"
         )
     roster, columns = read_roster(cfg.roster)
     if roster and "seed" not in columns:

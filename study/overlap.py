@@ -1,8 +1,8 @@
 """
 What the scale search and train.py's validation monitor read of the text the evaluation scores.
 
-    python tools/overlap.py --dataset=pystdlib_bpe2048 --L=128       # the cpu preset
-    python tools/overlap.py --dataset=pystdlib --L=512               # the gpu preset
+    python study/overlap.py --dataset=pystdlib_bpe2048 --L=128       # the cpu preset
+    python study/overlap.py --dataset=pystdlib --L=512               # the gpu preset
 
 search_scales.py chooses lambda on the validation split's "search" windows, train.py's monitor
 reads its own windows of L there too, and evaluate.py scores the "eval" windows
@@ -20,13 +20,13 @@ from pathlib import Path
 
 import numpy as np
 
-# run as python tools/overlap.py: find the project
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data import Dataset  # noqa: E402
 from evaluate import EvalConfig, length_name  # noqa: E402
 from search_scales import SearchConfig  # noqa: E402
-from tools.cli import UserError, parse_config, run_main  # noqa: E402
+from common import UserError, parse_config, run_main  # noqa: E402
 from train import VAL_SEED, TrainConfig  # noqa: E402
 
 

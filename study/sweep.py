@@ -7,14 +7,14 @@ Choosing a laptop recipe, in two steps.
    seed or batch size), NoPE/RoPE, bits per byte (to compare tokenizers) and wall time.
    About 10 minutes a recipe and seed at the cpu preset's budget (two models of ~5 minutes).
 
-    python tools/sweep.py --screen --recipes=char,bpe1024,bpe2048 --seeds=1337,1338
+    python study/sweep.py --screen --recipes=char,bpe1024,bpe2048 --seeds=1337,1338
     # -> out/sweep/screen.md
 
 2. The study (the default): one `python reproduce.py` per recipe and seed, and which of the
    paper's findings hold in every seed (findings.py), with the numbers and the wall time.
 
-    python tools/sweep.py --recipes=cpu,lr3e-3 --seeds=1337,1338    # -> out/sweep/sweep.md
-    python tools/sweep.py --recipes=cpu,cpu_long --table_only       # rebuild the table only
+    python study/sweep.py --recipes=cpu,lr3e-3 --seeds=1337,1338    # -> out/sweep/sweep.md
+    python study/sweep.py --recipes=cpu,cpu_long --table_only       # rebuild the table only
 
 Each run is resumable and skipped when done with the same command (like reproduce.py's stages).
 A study leaves out the RoPE extension baselines, which no finding reads, and the passkey stage
@@ -27,12 +27,12 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# run as python tools/sweep.py: find the project
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.cli import (ROOT, UserError, atomic_write_text, format_seconds, parse_config, read_json,
+from common import (ROOT, UserError, atomic_write_text, format_seconds, parse_config, read_json,
                        run_main, write_json)
-from tools.stages import Stages, resume_or_restart
+from study.stages import Stages, resume_or_restart
 
 CHAR, BPE = "pystdlib", "pystdlib_bpe{}"
 
@@ -133,7 +133,7 @@ def screen(cfg):
     table = screen_table(rows)
     atomic_write_text(os.path.join(cfg.out_dir, "screen.md"), table)
     print(table)
-    from tools import plot  # the gap against training tokens, for recipes NAME, NAME_x2, ...
+    from study import plot  # the gap against training tokens, for recipes NAME, NAME_x2, ...
     plot.report(cfg.out_dir, *plot.draw_screen(os.path.join(cfg.out_dir, "screen.json")))
 
 
@@ -208,7 +208,7 @@ def studies(cfg):
         if not done:
             continue
         out_json = os.path.join(cfg.out_dir, f"{recipe}.json")
-        subprocess.run([sys.executable, "tools/findings.py", *done, f"--name={recipe}",
+        subprocess.run([sys.executable, "study/findings.py", *done, f"--name={recipe}",
                         f"--out={out_json}"], cwd=ROOT, check=True)
         f = read_json(out_json)
         rows.append((recipe, [int(r.rsplit("_s", 1)[1]) for r in done],

@@ -2,7 +2,7 @@
 The student copy's tests: the project's own outputs at the public seeds, stored (as CS336's
 snapshots are) and replayed against the student's functions, so no reference code ships.
 
-record (tools/classroom.py student runs it): the project's tests/test_paper.py at the public
+record (python -m classroom student runs it): the project's tests/test_paper.py at the public
 seeds, each handed-out function wrapped in a Recorder (this file as a pytest plugin, with
 NANONOPE_RECORD naming the tasks and a folder). Every call a task's tests make to its own
 functions is kept: the arguments (a model as its state, an iterator as the items it gave),
@@ -13,7 +13,7 @@ replay (the copy's tests/test_paper.py calls replay()): each of the project's ch
 one check of the same name, whose stored calls are made again on the student's function. Its
 result must equal the stored one (floats within 2e-4, or 1e-4 relative), the models must be
 left as stored, and an observed call must run no fused attention and make no tensor larger
-than the project's did. The grade of record is still tools/classroom.py grade, with the
+than the project's did. The grade of record is still python -m classroom grade, with the
 project's full checks and the teacher's seeds.
 """
 
@@ -24,16 +24,16 @@ import math
 import os
 from pathlib import Path
 
-from tools.kit.remote import Refs, data_of, make_observer, same
-from tools.kit.source import owner, resolve, task_of
-from tools.kit.wire import TAG, context, from_wire, model_state, models_of, modes, to_wire, under
+from classroom.remote import Refs, data_of, make_observer, same
+from classroom.source import owner, resolve, task_of
+from classroom.wire import TAG, context, from_wire, model_state, models_of, modes, to_wire, under
 
 RECORD = "NANONOPE_RECORD"
 ATOL, RTOL = 2e-4, 1e-4
 
 
 # -----------------------------------------------------------------------------
-# record: a pytest plugin (python -m pytest tests/test_paper.py -p tools.kit.snapshots)
+# record: a pytest plugin (python -m pytest tests/test_paper.py -p classroom.snapshots)
 
 
 class _Recording:

@@ -1,9 +1,9 @@
 """
 What every stage costs on this device, against the device's own measured matmul rate.
 
-    python tools/bench.py                 # CPU preset shapes on the current device
-    python tools/bench.py --preset=gpu    # GPU preset shapes (on a GPU: bf16; --compile to compare)
-    python tools/bench.py --preset=gpu --batch_size=4 --steps=3  # GPU shapes, a few steps on a CPU
+    python study/bench.py                 # CPU preset shapes on the current device
+    python study/bench.py --preset=gpu    # GPU preset shapes (on a GPU: bf16; --compile to compare)
+    python study/bench.py --preset=gpu --batch_size=4 --steps=3  # GPU shapes, a few steps on a CPU
 
 Measures, on random tokens (no dataset needed):
   - the device's matmul rate: a square product in the precision the model runs in (fp32 on CPU
@@ -28,13 +28,13 @@ from pathlib import Path
 
 import torch
 
-# run as python tools/bench.py: find the project
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluate import length_list, measure
 from model import GPT, GPTConfig
 from search_scales import SearchConfig
-from tools.cli import (UserError, autocast, grad_scaler, load_preset, parse_config, pick_device,
+from common import (UserError, autocast, grad_scaler, load_preset, parse_config, pick_device,
                        pick_dtype, run_main, write_json)
 
 

@@ -2,7 +2,7 @@
 The tables of docs/beyond.md, read from finished studies (reproduce.py --beyond): one column
 per study (a seed), nothing measured here.
 
-    python tools/beyond.py out/study out/study_s1338 > tables.md
+    python study/beyond.py out/study out/study_s1338 > tables.md
 
 1. the loss at L and the excess at 2L / 4L / 8L (evaluate.excess: the row minus the same model
    reading only its last L, on the same windows) of NoPE, RoPE, RoPE + YaRN fine-tuned at 4L,
@@ -10,7 +10,7 @@ per study (a seed), nothing measured here.
 2. the attention entropy past L: the mean over layers and heads, over the last L/8 queries
    before each length (evaluate.py's entropy.json, the rows a figure draws), beside log2 n,
    the entropy of attention spread evenly over n keys
-3. passkey retrieval at L, 2L and 4L (tools/passkey.py's passkey.json), where the stage ran
+3. passkey retrieval at L, 2L and 4L (study/passkey.py's passkey.json), where the stage ran
 A row or a number a study lacks is a dash.
 """
 
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-# run as python tools/beyond.py: find the project
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluate import excess, length_name
-from tools.cli import UserError, atomic_write_text, parse_config, read_json, run_main
+from common import UserError, atomic_write_text, parse_config, read_json, run_main
 
 LOSS_ROWS = ("nope", "rope", "rope_yarn_ft_4L", "nope_headscale_4L", "alibi", "alibi_uniform_4L",
              "nope_ssmax", "nope_ssmax_uniform_4L", "nope_ssmax_headscale_4L")
@@ -111,7 +111,7 @@ def main():
                        description=__doc__)
     if not studies:
         raise UserError("give one or more study folders: "
-                        "python tools/beyond.py out/study [out/study_s1338 ...]")
+                        "python study/beyond.py out/study [out/study_s1338 ...]")
     for s in studies:
         if not os.path.exists(os.path.join(s, "eval", "results.json")):
             raise UserError(f"{s} holds no finished study (eval/results.json): run "

@@ -11,7 +11,7 @@ write, in words and equations.
     python -m pytest tests/test_paper.py -k test_T3_        one task's checks
 
 Your teacher grades with the project's full checks, seeds of their own and the likely
-mistakes named (tools/classroom.py grade): passing here is the first step, not the grade.
+mistakes named (python -m classroom grade): passing here is the first step, not the grade.
 """
 
 import sys
@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.kit.snapshots import load, replay  # noqa: E402
+from classroom.snapshots import load, replay  # noqa: E402
 
 CHECKS = load(Path(__file__).parent / "snapshots")
 

@@ -1,11 +1,11 @@
 """
-The wall between a task's tests and a student's code (tools/classroom.py grade).
+The wall between a task's tests and a student's code (python -m classroom grade).
 
 The tests (tests/test_paper.py) run in the judge, a pytest process of the teacher's that never
 runs a line a student wrote. There each graded function is a StandIn: calling it sends the
-arguments to the worker, a process inside the sandbox (tools/kit/sandbox.py) in a copy of the
+arguments to the worker, a process inside the sandbox (classroom/sandbox.py) in a copy of the
 project holding the student's functions; the worker makes the call and sends back data only
-(tools/kit/wire.py). So the verdict, the expected values and the tests' frames stay where the
+(classroom/wire.py). So the verdict, the expected values and the tests' frames stay where the
 student's code cannot reach them. After each call the judge also finds out:
   - what the function did to its arguments: the worker sends back every tensor, array, list
     and dict it was given, and a call that changed one in place fails (no graded function of
@@ -24,7 +24,7 @@ computes, and the arguments and states the worker reports, come from beside the 
 so a determined student could forge them (classroom/README.md says so); results are compared
 in the judge.
 
-    python -m tools.kit.remote      the worker (started by the judge; its messages on stdin/stdout)
+    python -m classroom.remote      the worker (started by the judge; its messages on stdin/stdout)
 """
 
 import contextlib
@@ -32,9 +32,9 @@ import os
 import sys
 import time
 
-from tools.kit.report import plain
-from tools.kit.source import resolve
-from tools.kit.wire import (Budget, Reader, WireError, context, from_wire, load_model_state,
+from classroom.report import plain
+from classroom.source import resolve
+from classroom.wire import (Budget, Reader, WireError, context, from_wire, load_model_state,
                             model_state, models_of, modes, receive, send, to_wire, under)
 
 
@@ -105,7 +105,7 @@ def observe(fn, *args, bound=None, **kwargs):
     observed in the process that runs fn: here for the project's own function, in the worker
     for a student's. bound: the most values the test allows a tensor (kept for the student
     copy's replay, which checks the same bound)."""
-    if hasattr(fn, "observe"):  # a StandIn (the grader) or a Recorder (tools/kit/snapshots.py)
+    if hasattr(fn, "observe"):  # a StandIn (the grader) or a Recorder (classroom/snapshots.py)
         out, seen = fn.observe(args, kwargs, bound)
     else:
         with make_observer() as observer:
@@ -261,7 +261,7 @@ class Pool:
 
     def kill(self):
         if self.proc is not None:
-            from tools.kit.sandbox import kill_tree
+            from classroom.sandbox import kill_tree
 
             kill_tree(self.proc.pid)  # the sandbox's first process and all it holds
             self.proc.wait()
@@ -502,7 +502,7 @@ class Server:
         return torch.load(io.BytesIO(self.read(n)), weights_only=True)
 
     def serve(self, tasks):
-        from tools.kit.sandbox import become_subreaper, kill_below
+        from classroom.sandbox import become_subreaper, kill_below
 
         become_subreaper()
         while True:
@@ -544,7 +544,7 @@ def main():
     stdout, taken aside at once, so what the student's code prints (fd 1) goes to the log
     (fd 2) and what it reads from stdin is empty. It starts in one task's copy of the project
     (the kit's own modules are the same in each), beside the others, each named by its task."""
-    from tools.kit.sandbox import apply_limits
+    from classroom.sandbox import apply_limits
 
     if os.environ.get("NANONOPE_LIMITS"):
         apply_limits(os.environ["NANONOPE_LIMITS"])

@@ -1,7 +1,7 @@
 """
-The kit on the platforms a course runs on: Gradescope's autograder zip (python tools/classroom.py
+The kit on the platforms a course runs on: Gradescope's autograder zip (python -m classroom
 gradescope), and Classroom 50's tests and runtime files for the student copy (written by
-python tools/classroom.py student).
+python -m classroom student).
 
 gradescope OUT.zip: Gradescope's autograder. At the zip's root setup.sh and run_autograder
 (bash, executable), secret.txt, results_if_broken.json, and nanoNoPE/: the project's snapshot
@@ -11,7 +11,7 @@ submission (the upload in /autograder/submission, results in /autograder/results
 --try_on=FOLDER runs the zip on FOLDER as Gradescope would, in a temporary root, and prints the
 time and the peak memory of the whole process tree.
 
-(grade-all: tools/kit/gradebook.py.)
+(grade-all: classroom/gradebook.py.)
 """
 
 import io
@@ -27,12 +27,12 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from tools.cli import UserError
-from tools.kit.source import copy_tree, take_snapshot
+from common import UserError
+from classroom.source import copy_tree, take_snapshot
 
 SETUP = r"""#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder's image (Ubuntu).
-# Written by tools/classroom.py gradescope; the zip was made and tried with PyTorch {torch}.
+# Written by python -m classroom gradescope; the zip was made and tried with PyTorch {torch}.
 set -euo pipefail
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 export DEBIAN_FRONTEND=noninteractive
@@ -50,7 +50,7 @@ chmod -R go-rwx "$ROOT/source"   # the secret and the project's own functions: r
 
 RUN = r"""#!/usr/bin/env bash
 # Gradescope runs this for each submission. It always writes results/results.json.
-# Written by tools/classroom.py gradescope.
+# Written by python -m classroom gradescope.
 ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PY="$ROOT/venv/bin/python"
 [ -x "$PY" ] || PY="$(command -v python3)"
@@ -58,11 +58,11 @@ mkdir -p "$ROOT/results"
 OUT="$ROOT/results/results.json"
 rm -f "$OUT"
 cd "$ROOT/source/nanoNoPE" || exit 0
-NANONOPE_SECRET="$(cat "$ROOT/source/secret.txt")" "$PY" tools/classroom.py grade \
+NANONOPE_SECRET="$(cat "$ROOT/source/secret.txt")" "$PY" -m classroom grade \
     "$ROOT/submission" --json="$OUT" --tasks={tasks} --timeout={timeout}
 status=$?
 if [ ! -s "$OUT" ]; then  # the grader itself failed: every task at 0, and why in the teacher's log
-    echo "tools/classroom.py grade exited with $status and wrote no results" >&2
+    echo "python -m classroom grade exited with $status and wrote no results" >&2
     cp "$ROOT/source/results_if_broken.json" "$OUT"
 fi
 exit 0
@@ -93,7 +93,7 @@ def local_torch():
 
 def gradescope(out, ids, tasks, secret, root, timeout):
     """Write Gradescope's autograder zip to out."""
-    from tools.kit.report import gradescope as results_json, zero_results
+    from classroom.report import gradescope as results_json, zero_results
 
     out = Path(out)
     if out.suffix != ".zip":

@@ -3,8 +3,8 @@ A made-up class to rehearse grading on (and to time it): STUDENTS folders, a thi
 project's own task functions (full marks), a third a blank student copy (0), a third the
 project's with one task wrong (a known mistake, the task cycling T1 ... T6).
 
-    python tools/rehearse_class.py ../class --students=100
-    NANONOPE_SECRET=... python tools/classroom.py grade-all ../class --csv=gradebook.csv
+    python classroom/rehearse.py ../class --students=100
+    NANONOPE_SECRET=... python -m classroom grade-all ../class --csv=gradebook.csv
 
 Each folder holds model.py, search_scales.py and evaluate.py, as an upload would. expected.csv
 beside them gives each student's expected total, for comparing with the gradebook.
@@ -18,9 +18,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.cli import UserError, parse_config, run_main, write_csv  # noqa: E402
+from common import UserError, parse_config, run_main, write_csv  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 FILES = ("model.py", "search_scales.py", "evaluate.py")
@@ -45,7 +46,7 @@ def main():
     cfg = parse_config(RehearseConfig, [a for a in sys.argv[1:] if a.startswith("-")],
                        description=__doc__)
     if len(args) != 1:
-        raise UserError("usage: python tools/rehearse_class.py OUT_DIR [--students=N]")
+        raise UserError("usage: python classroom/rehearse.py OUT_DIR [--students=N]")
     out = Path(args[0])
     if out.exists() and any(out.iterdir()):
         raise UserError(f"{out} exists and is not empty: name a new folder (nothing was written)")
@@ -53,7 +54,7 @@ def main():
         raise UserError(f"--students must be at least 1, got {cfg.students}")
     with tempfile.TemporaryDirectory(prefix="nanonope_rehearse_") as tmp:
         blank = Path(tmp) / "copy"
-        done = subprocess.run([sys.executable, "tools/classroom.py", "student", str(blank)],
+        done = subprocess.run([sys.executable, "-m", "classroom", "student", str(blank)],
                               cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             raise UserError(f"the student copy failed: {done.stderr.strip()[-300:]}")

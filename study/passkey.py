@@ -1,9 +1,9 @@
 r"""
 Passkey retrieval: can a model still find one 5-digit number hidden far back?
 
-    python tools/passkey.py --ckpts=nope=out/nope_pk/ckpt.pt,rope=out/rope_pk/ckpt.pt \
+    python study/passkey.py --ckpts=nope=out/nope_pk/ckpt.pt,rope=out/rope_pk/ckpt.pt \
         --out_dir=out/passkey
-    python tools/passkey.py --out_dir=out/passkey --plot_only
+    python study/passkey.py --out_dir=out/passkey --plot_only
 
 Models learn the skill from train.py --passkey_frac (ordinary text mixed with passkey examples
 at the training length L). For each length n (the prompt and its answer fill n tokens) and
@@ -23,14 +23,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-# run as python tools/passkey.py: find the project
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data import Dataset
 from evaluate import length_list, length_name
 from model import load_checkpoint
-from tools import plot
-from tools.cli import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config,
+from study import plot
+from common import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config,
                        pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 
 

@@ -1,5 +1,5 @@
 """
-What crosses between the judge and the worker (tools/kit/remote.py): data only, bounded.
+What crosses between the judge and the worker (classroom/remote.py): data only, bounded.
 
 A message is an 8-byte length, then torch.save's bytes, read back with
 torch.load(weights_only=True) (nothing else is unpickled), at most LIMIT bytes. Its values:

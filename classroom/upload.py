@@ -1,5 +1,5 @@
 """
-A student's upload, read as data (tools/kit/grade.py reads it before any sandbox, as the
+A student's upload, read as data (classroom/grade.py reads it before any sandbox, as the
 teacher): the student controls the names, links and bytes of its files.
 
   - Only regular files inside the upload are read. A symbolic link, a device, a fifo or a

@@ -1,19 +1,19 @@
 """
-The grader (python tools/classroom.py grade / grade-all): a submission's task functions
+The grader (python -m classroom grade / grade-all): a submission's task functions
 checked by the project's own tests, where the student's code cannot reach the verdict.
 
-    the snapshot   the project once, taken when grading starts (tools/kit/source.py): in a git
+    the snapshot   the project once, taken when grading starts (classroom/source.py): in a git
                    checkout the tracked files at HEAD; the tests, tasks.toml and the reference
                    functions all come from it, never from the live checkout
-    the upload     read as data (tools/kit/upload.py): regular files inside it only, each
+    the upload     read as data (classroom/upload.py): regular files inside it only, each
                    bounded; any error reading, parsing or normalising a file is a 0 for its
                    tasks, with the reason
     per task       the submitted functions are taken by `ast` (a decorator, another def line or
                    a helper outside the function is refused) into a fresh copy of the snapshot
                    without its tests, docs and classroom files: the worker's copy. The judge
-                   (tools/kit/judge.py) runs the task's tests from the snapshot, each graded
+                   (classroom/judge.py) runs the task's tests from the snapshot, each graded
                    function a stand-in that calls the student's in the worker, inside the
-                   sandbox and its bounds (tools/kit/sandbox.py)
+                   sandbox and its bounds (classroom/sandbox.py)
     the verdict    every check the snapshot's tests hold for the task, each passed, failed or
                    not run (a skip, a crash, a timeout: failed); all or nothing per task,
                    unless tasks.toml gives the task partial_credit
@@ -23,7 +23,7 @@ checked by the project's own tests, where the student's code cannot reach the ve
 Seeds come from the teacher's secret and the whole graded text of the task (no secret: the
 public seeds, which stored numbers can pass); the edge cases each handout names run in every
 grading whatever the seed. The student's output shows no seed and no number of a hidden case;
-the teacher's console and a hidden field of results.json do (tools/kit/report.py).
+the teacher's console and a hidden field of results.json do (classroom/report.py).
 A Grader may grade several submissions at once from threads (grade-all), each with its slot.
 """
 
@@ -39,14 +39,25 @@ import time
 from dataclasses import astuple
 from pathlib import Path
 
-from tools.kit import copyflag, sandbox
-from tools.kit.report import plain, result
-from tools.kit.source import (Refused, copy_tree, find_function, fingerprint, parse_text,
+from classroom import copyflag, sandbox
+from classroom.report import plain, result
+from classroom.source import (Refused, copy_tree, find_function, fingerprint, parse_text,
                               split_spec, take, take_snapshot, task_of, tests_command,
                               submitted_function)
-from tools.kit.upload import UploadError, read_upload
+from classroom.upload import UploadError, read_upload
+from common import UserError
 
-WORKER_LEAVES_OUT = ("tests", "docs", "classroom", ".github", ".ci", "out")  # no test, no reference
+# what a task's copy leaves out: no test, no reference, no handout and none of the kit but the
+# worker's own modules (remote.py and what it imports)
+WORKER_LEAVES_OUT = ("tests", "docs", ".github", ".ci", "out")
+WORKER_KEEPS = ("__init__.py", "remote.py", "wire.py", "sandbox.py", "report.py", "source.py")
+
+
+def worker_leaves_out(snap):
+    """WORKER_LEAVES_OUT, and every file of the snapshot's classroom/ but WORKER_KEEPS."""
+    kit = Path(snap) / "classroom"
+    return WORKER_LEAVES_OUT + tuple(f"classroom/{p.name}" for p in sorted(kit.iterdir())
+                                     if p.name not in WORKER_KEEPS)
 GRACE_S = 60  # the judge's own start-up and shut-down, beyond the task's limit
 
 
@@ -88,7 +99,7 @@ def choose_submission(sub, tasks, most=20):
     upload itself and alone): among the folders holding a task file (at most `most`, shallowest
     first), the one where most task functions are written (not their blank stubs), then the one
     holding most task files, then the shallowest. None when no folder holds a task file."""
-    from tools.kit.upload import folders, holds
+    from classroom.upload import folders, holds
 
     names, found = task_files(tasks), []
     for order, here in enumerate(folders(sub)):
@@ -200,7 +211,7 @@ class Grader:
 
     @staticmethod
     def task_prints(nodes):
-        """A task's fingerprints: the union of its functions' (tools/kit/copyflag.py)."""
+        """A task's fingerprints: the union of its functions' (classroom/copyflag.py)."""
         out = set()
         for spec, node in nodes.items():
             out |= {(spec, h) for h in copyflag.fingerprints(node)}
@@ -229,7 +240,6 @@ class Grader:
             shutil.rmtree(work, ignore_errors=True)
         for folder, was in self.prints.items():
             if fingerprint(folder) != was:
-                from tools.cli import UserError
 
                 raise UserError(f"{folder} changed while {plain(sub, 200)} was graded: grading "
                                 "stopped (git status shows what)")
@@ -271,7 +281,7 @@ class Grader:
                               else seed_of(self.secret, task["id"], [t for _, t in texts.values()]))
         if len(stubs) < len(texts):  # a worker runs some of it: its copy
             try:
-                copy_tree(self.snap, copy, leave_out=WORKER_LEAVES_OUT)
+                copy_tree(self.snap, copy, leave_out=worker_leaves_out(self.snap))
                 for spec, (submitted, _) in texts.items():
                     path, qualname = split_spec(spec)
                     put = take(submitted, (copy / path).read_text(encoding="utf-8"), qualname)
@@ -294,7 +304,7 @@ class Grader:
             (judge / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
             env = {**sandbox.environment(str(judge)), "NANONOPE_JUDGE": str(judge / "spec.json"),
                    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
-            cmd = tests_command("tools.kit.judge", jobs) + ["--tb=no", "--no-header"]
+            cmd = tests_command("classroom.judge", jobs) + ["--tb=no", "--no-header"]
             limit = self.timeout * len(jobs) + GRACE_S
             with self.lock:
                 proc = subprocess.Popen(cmd, cwd=self.snap, env=env, stdout=subprocess.PIPE,
@@ -344,3 +354,17 @@ class Grader:
             else f"{len(checks) - len(failed)} of {len(checks)} checks passed; first failed: "
             f"{failed[0]['name']}: {failed[0]['why']}"
         )
+
+
+def limits_of(cfg):
+    """The worker's bounds (classroom/sandbox.py's Limits) from the options."""
+    for key in ("timeout", "memory_mb", "processes", "file_mb", "log_kb"):
+        if getattr(cfg, key) < 1:
+            raise UserError(f"--{key} must be at least 1, got {getattr(cfg, key)}")
+    cpu = cfg.cpu_s or 2 * cfg.timeout + 30
+    return sandbox.Limits(cfg.memory_mb, cfg.processes, cfg.file_mb, cpu, sandbox.Limits.tmpfs_mb,
+                          cfg.log_kb)
+
+
+def secret_of(cfg):
+    return cfg.secret or os.environ.get("NANONOPE_SECRET", "")

@@ -3,13 +3,13 @@ The project's own GPU check: every script on one CUDA card, then the gpu-preset 
 in one budget.
 
     # on a card: about 9 minutes
-    python tools/gpu_check.py --out_dir=out/gpu_check --budget=540
+    python study/gpu_check.py --out_dir=out/gpu_check --budget=540
     # the study alone, other settings
-    python tools/gpu_check.py --smoke=false --study_args=seed=1338,passkey=true
+    python study/gpu_check.py --smoke=false --study_args=seed=1338,passkey=true
     # with ALiBi and Scalable-Softmax beside NoPE (left out of the budgeted study by default)
-    python tools/gpu_check.py --study_args=beyond=true
+    python study/gpu_check.py --study_args=beyond=true
     # any machine: the same steps on the CPU, tiny shapes, about a minute
-    python tools/gpu_check.py --trial
+    python study/gpu_check.py --trial
 Steps, each a command of the project's own, in this order:
   smoke  every script at the tiny preset: reproduce.py (--slopes; train, search_scales, evaluate,
          plot, findings), train.py with passkey rows at a length where an example fits and
@@ -39,10 +39,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# run as python tools/gpu_check.py: find the project
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tools.cli import (MEMORY_LOG, ROOT, UserError, format_seconds, parse_config, read_json,
+from common import (MEMORY_LOG, ROOT, UserError, format_seconds, parse_config, read_json,
                        run_main, write_json)
 
 SMALL = (".json", ".csv", ".md", ".png", ".txt", ".log")  # what comes back; checkpoints (.pt) stay
@@ -237,7 +237,7 @@ def main():
         chk.run("passkey_train", ["train.py", *tiny, f"--out_dir={w}/passkey_train",
                                   f"--block_size={n}", "--passkey_frac=0.5", "--max_iters=20",
                                   "--overwrite"], run_dir=f"{w}/passkey_train")
-        chk.run("passkey", ["tools/passkey.py", f"--ckpts=nope={w}/passkey_train/ckpt.pt",
+        chk.run("passkey", ["study/passkey.py", f"--ckpts=nope={w}/passkey_train/ckpt.pt",
                             f"--out_dir={w}/passkey", "--lengths=1,2", "--keys=2", "--depths=2",
                             *data], run_dir=f"{w}/passkey")
         prompt = [] if cfg.dataset else ["--start=def main():"]  # another corpus may not spell it
@@ -249,11 +249,11 @@ def main():
         shapes = (["--preset=tiny", "--steps=2", "--eval_lengths=1", "--eval_windows=2",
                    "--grid_windows=2", "--matmul_size=256"] if cfg.trial
                   else ["--preset=gpu", "--eval_lengths=1,16"])
-        chk.run("bench_eager", ["tools/bench.py", *shapes, f"--out_dir={w}/bench_eager"],
+        chk.run("bench_eager", ["study/bench.py", *shapes, f"--out_dir={w}/bench_eager"],
                 run_dir=f"{w}/bench_eager")
         bench_json = f"{w}/bench_eager/bench_{'tiny_cpu' if cfg.trial else 'gpu_cuda'}.json"
         if not cfg.trial:  # compiled: the step time the study's trainings will have
-            chk.run("bench_compiled", ["tools/bench.py", "--preset=gpu", "--compile=true",
+            chk.run("bench_compiled", ["study/bench.py", "--preset=gpu", "--compile=true",
                                        "--eval_lengths=1", "--steps=20",
                                        f"--out_dir={w}/bench_compiled"],
                     run_dir=f"{w}/bench_compiled")

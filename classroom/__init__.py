@@ -1,4 +1,4 @@
-"""The classroom kit's parts, one role a module; tools/classroom.py is its one command.
+"""The classroom kit's parts, one role a module; classroom/command.py is its one command.
 
 source.py      the project's snapshot, and its task functions found, blanked, taken by ast
 upload.py      a student's upload read as data: regular files inside it only, bounded

@@ -1,5 +1,5 @@
 """
-A class at once (python tools/classroom.py grade-all CLASS_DIR --csv=FILE): every folder in
+A class at once (python -m classroom grade-all CLASS_DIR --csv=FILE): every folder in
 CLASS_DIR is one student's submission (a file or a link there is listed as skipped), graded
 against one snapshot with the grader's isolation, --jobs students at a time (one a core: each
 grading is one judge and one worker taking turns), each in its own slot (its own worker uid).
@@ -10,7 +10,7 @@ crash mid-class loses no finished row. The one stop: the checkout or the snapsho
 (grading stops with one line; the rows written stay).
 
 Its columns: student, each task's points, total, problems (each failed task's first reason),
-copied (tasks whose functions are the project's own, tools/kit/copyflag.py), same_as (tasks
+copied (tasks whose functions are the project's own, classroom/copyflag.py), same_as (tasks
 whose functions lie wholly inside another student's, with whom and how closely; a task already
 flagged as the project's is not compared again), late, and the roster's columns. Neither copy
 column changes a score.
@@ -40,9 +40,9 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from tools.cli import UserError, atomic_write_text, write_csv
-from tools.kit import copyflag
-from tools.kit.report import NAME_CHARS, csv_cell, plain, student_output
+from common import UserError, atomic_write_text, write_csv
+from classroom import copyflag
+from classroom.report import NAME_CHARS, csv_cell, plain, student_output
 
 
 def class_folders(folder):
@@ -114,8 +114,7 @@ def feedback_text(student, results, where=""):
 
 
 def grade_all(folder, ids, tasks, cfg, root):
-    from tools.classroom import limits_of, secret_of
-    from tools.kit.grade import Grader
+    from classroom.grade import Grader, limits_of, secret_of
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -222,7 +221,7 @@ def grade_all(folder, ids, tasks, cfg, root):
 
 def grade_one(grader, sub, ids, tasks, slot):
     """(the results, or None; why, when there are none). Only the checkout changing stops."""
-    from tools.kit.grade import choose_submission
+    from classroom.grade import choose_submission
 
     try:
         folder, where = choose_submission(sub, tasks)

@@ -2,25 +2,25 @@
 The paper's six pieces as classroom tasks: a student copy made from the project's own code,
 its grader, the platforms a course runs on, and the lab's numbers. The tasks:
 classroom/tasks.toml; the teacher's guide and the threat model: classroom/README.md. Its
-parts: tools/kit/ (one module a role).
+parts: classroom/ (one module a role).
 
-    python tools/classroom.py student OUT_DIR [--tasks=T1,T3]
-    python tools/classroom.py grade SUBMISSION [--json=results.json] [--tasks=T1,T3] [--secret=S]
+    python -m classroom student OUT_DIR [--tasks=T1,T3]
+    python -m classroom grade SUBMISSION [--json=results.json] [--tasks=T1,T3] [--secret=S]
                                                [--sandbox=auto|bwrap|unshare|user|none]
-    python tools/classroom.py grade-all CLASS_DIR --csv=gradebook.csv [--tasks=...] [--secret=S]
+    python -m classroom grade-all CLASS_DIR --csv=gradebook.csv [--tasks=...] [--secret=S]
                                         [--roster=roster.csv] [--deadline=TIME] [--only=FOLDER]
-    python tools/classroom.py gradescope OUT.zip [--tasks=T1,T3] [--secret=S] [--try_on=SUBMISSION]
-    python tools/classroom.py ranges STUDY [STUDY ...] [--json=ranges.json]
-    python tools/classroom.py ranges --check=HANDINS [--csv=FILE] [--roster=roster.csv]
-    python tools/classroom.py ranges --assign=students.csv --roster=roster.csv
+    python -m classroom gradescope OUT.zip [--tasks=T1,T3] [--secret=S] [--try_on=SUBMISSION]
+    python -m classroom ranges STUDY [STUDY ...] [--json=ranges.json]
+    python -m classroom ranges --check=HANDINS [--csv=FILE] [--roster=roster.csv]
+    python -m classroom ranges --assign=students.csv --roster=roster.csv
 
 student: the project (the tracked files at HEAD) with each task's functions blanked by `ast`,
 its checks replayed from the project's outputs at the public seeds, no teacher file
-(tools/kit/student.py).
+(classroom/student.py).
 
 grade: each task's functions taken from SUBMISSION (a folder; an upload nested in one folder
 is found) and checked by the project's own tests, the student's code in a sandboxed worker
-that sends back data only (tools/kit/grade.py). Seeds from the teacher's secret (--secret, or
+that sends back data only (classroom/grade.py). Seeds from the teacher's secret (--secret, or
 the environment variable NANONOPE_SECRET, which other users cannot read) and the submitted
 text; without one, the public seeds. Every check is reported; a task scores its points when
 every check passes (classroom/tasks.toml may give partial credit). Exit 0 whenever grading
@@ -28,29 +28,25 @@ ran; 2 with one line for an empty or unreadable submission (after writing --json
 task at 0), an unknown task or option, or a sandbox that is not available.
 
 grade-all: every subfolder of CLASS_DIR a student, one snapshot, a CSV gradebook with the copy
-flags, one feedback file a student, a roster's columns and a deadline (tools/kit/gradebook.py).
-gradescope: the autograder zip (tools/kit/platforms.py).
+flags, one feedback file a student, a roster's columns and a deadline (classroom/gradebook.py).
+gradescope: the autograder zip (classroom/platforms.py).
 
 ranges: the lab's numbers (classroom/lab.md) read from study folders, one per seed, and their
-range; --check: the students' hand-ins against the expected ranges (tools/kit/lab.py).
+range; --check: the students' hand-ins against the expected ranges (classroom/lab.py).
 """
 
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# run as python tools/classroom.py: find the project
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tools.cli import UserError, atomic_write_text, parse_config, run_main  # noqa: E402
+from common import UserError, atomic_write_text, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "classroom" / "tasks.toml"
 COMMANDS = ("student", "grade", "grade-all", "gradescope", "ranges")
 USAGE = (
-    "usage: python tools/classroom.py student OUT_DIR | grade SUBMISSION | grade-all CLASS_DIR | "
+    "usage: python -m classroom student OUT_DIR | grade SUBMISSION | grade-all CLASS_DIR | "
     "gradescope OUT.zip | ranges STUDY... [--key=value] (-h)"
 )
 
@@ -63,7 +59,7 @@ class ClassroomConfig:
     secret: str = ""  # grade, grade-all, gradescope: the seeds' secret ('' = $NANONOPE_SECRET)
     seed: int = -1  # grade: this seed offset for every task (-1 = drawn from the secret)
     timeout: int = 60  # grade: seconds a task's checks may run, all together
-    sandbox: str = "auto"  # grade: auto | bwrap | unshare | user | none (tools/kit/sandbox.py)
+    sandbox: str = "auto"  # grade: auto | bwrap | unshare | user | none (classroom/sandbox.py)
     memory_mb: int = 1024  # grade: the worker's data size (heap and private mappings)
     processes: int = 64  # grade: processes and threads of the worker's uid (in a sandbox)
     file_mb: int = 16  # grade: the largest file the worker may write
@@ -79,19 +75,8 @@ class ClassroomConfig:
     try_on: str = ""  # gradescope: run the zip on this submission as Gradescope would
 
 
-def limits_of(cfg):
-    """The worker's bounds (tools/kit/sandbox.py's Limits) from the options."""
-    from tools.kit.sandbox import Limits
-
-    for key in ("timeout", "memory_mb", "processes", "file_mb", "log_kb"):
-        if getattr(cfg, key) < 1:
-            raise UserError(f"--{key} must be at least 1, got {getattr(cfg, key)}")
-    cpu = cfg.cpu_s or 2 * cfg.timeout + 30
-    return Limits(cfg.memory_mb, cfg.processes, cfg.file_mb, cpu, Limits.tmpfs_mb, cfg.log_kb)
-
-
 def read_tasks():
-    from tools.kit.grade import read_tasks as read
+    from classroom.grade import read_tasks as read
 
     return read(TASKS)
 
@@ -108,20 +93,17 @@ def chosen(cfg, tasks):
 
 def copy_project(dst, leave_out=()):
     """Copy this project to dst as it is on disk (.git and what .gitignore names left out)."""
-    from tools.kit.source import copy_tree
+    from classroom.source import copy_tree
 
     copy_tree(ROOT, dst, leave_out)
-
-
-def secret_of(cfg):
-    return cfg.secret or os.environ.get("NANONOPE_SECRET", "")
 
 
 def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
     """Grade one submission folder; print the teacher's lines; write cfg.json. Returns the
     results, one dict a task."""
-    from tools.kit.grade import Grader, choose_submission, task_files
-    from tools.kit.report import console_lines, gradescope, plain, zero_results
+    from classroom.grade import (Grader, choose_submission, limits_of, secret_of,
+                                 task_files)
+    from classroom.report import console_lines, gradescope, plain, zero_results
 
     say = (lambda *a: None) if quiet else print
     t0 = time.time()
@@ -175,36 +157,34 @@ def main():
     ):
         raise UserError(USAGE)
     if command == "ranges":
-        from tools.kit.lab import assign_seeds, check_handins, ranges
+        from classroom.lab import assign_seeds, check_handins, ranges
 
         if cfg.assign:
             return assign_seeds(cfg.assign, cfg.roster)
         return check_handins(cfg.check, cfg) if cfg.check else ranges(folders, cfg)
-    if not (ROOT / "tools" / "kit" / "grade.py").exists():
+    if not (ROOT / "classroom" / "grade.py").exists():
         raise UserError(
             f"{command} is the teacher's: this is a student copy (run it from the project itself)"
         )
     tasks = read_tasks()
     ids = chosen(cfg, tasks)
     if command == "student":
-        from tools.kit.student import student
+        from classroom.student import student
 
         return student(folders[0], ids, tasks, ROOT)
-    from tools.kit import sandbox
+    from classroom import sandbox
+    from classroom.grade import limits_of, secret_of
 
     if command == "gradescope":
-        from tools.kit.platforms import gradescope, try_zip
+        from classroom.platforms import gradescope, try_zip
 
         gradescope(folders[0], ids, tasks, secret_of(cfg), ROOT, cfg.timeout)
         return try_zip(folders[0], cfg.try_on) if cfg.try_on else None
     limits_of(cfg)  # bad bounds and an unavailable sandbox refused before any work
     sandbox.choose(cfg.sandbox)
     if command == "grade-all":
-        from tools.kit.gradebook import grade_all
+        from classroom.gradebook import grade_all
 
         return grade_all(folders[0], ids, tasks, cfg, ROOT)
     grade(folders[0], ids, tasks, cfg)
 
-
-if __name__ == "__main__":
-    run_main(main)

@@ -1,8 +1,8 @@
 r"""
 Which of the paper's findings hold in one or more runs of reproduce.py (one per seed).
 
-    python tools/findings.py out/study                       # one run
-    python tools/findings.py out/sweep/cpu_s1337 out/sweep/cpu_s1338 \
+    python study/findings.py out/study                       # one run
+    python study/findings.py out/sweep/cpu_s1337 out/sweep/cpu_s1338 \
         --name=cpu --out=out/sweep/cpu.json
 
 Reads only the files the study wrote. The criteria are fixed here, before looking at any
@@ -42,11 +42,11 @@ from pathlib import Path
 
 import numpy as np
 
-# run as python tools/findings.py: find the project
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluate import excess, length_name
-from tools.cli import UserError, parse_config, read_json, run_main, write_json
+from common import UserError, parse_config, read_json, run_main, write_json
 
 DELTA = 0.1          # nats above the in-distribution loss that count as "degraded"
 ENTROPY_DELTA = 0.1  # bits above the in-distribution entropy trend
@@ -226,7 +226,7 @@ def main():
                        description=__doc__)
     if not runs:
         raise UserError("give one or more study folders: "
-                        "python tools/findings.py out/study [out/study_seed2 ...]")
+                        "python study/findings.py out/study [out/study_seed2 ...]")
     for r in runs:
         if not os.path.exists(os.path.join(r, "eval", "results.json")):
             raise UserError(f"{r} holds no finished study (eval/results.json missing); "

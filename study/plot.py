@@ -2,12 +2,12 @@
 Every figure of the project, drawn from saved files alone: no model is loaded, nothing is
 measured here, so a figure can be changed and redrawn in seconds.
 
-    python tools/plot.py --study=out/study   # all of a study's figures (eval/, scales/, passkey/)
-    python tools/plot.py --eval_dir=out/eval --search_dir=out/nope/scales
-    python tools/plot.py --screen=out/sweep/screen.json   # the recipe screen: the gap at L
+    python study/plot.py --study=out/study   # all of a study's figures (eval/, scales/, passkey/)
+    python study/plot.py --eval_dir=out/eval --search_dir=out/nope/scales
+    python study/plot.py --screen=out/sweep/screen.json   # the recipe screen: the gap at L
                                                           # against tokens
 
-reproduce.py, tools/passkey.py and tools/sweep.py --screen call the same functions. A method has
+reproduce.py, study/passkey.py and study/sweep.py --screen call the same functions. A method has
 one colour and line style in every figure (STYLE below): one colour per family (NoPE, RoPE and
 its extensions, the uniform lambda, HeadScale, the length-following lambda), a shade or a line
 style per member, dotted for a model reading only its last L positions. The colours are the
@@ -25,13 +25,13 @@ from pathlib import Path
 
 import numpy as np
 
-# run as python tools/plot.py: find the project
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if not __package__:  # run as a script, not imported: the repository's modules first
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # the one definition of a row's reference and excess
 from evaluate import excess, length_name, reference_of
-from tools.cli import UserError, parse_config, read_json, run_main
-from tools.findings import entropy_trend  # criterion (3)'s trend, drawn as findings.py fits it
+from common import UserError, parse_config, read_json, run_main
+from study.findings import entropy_trend  # criterion (3)'s trend, drawn as findings.py fits it
 
 # Okabe & Ito (2008): distinguishable with every common colour-vision deficiency
 BLUE, SKY, VERMILLION, ORANGE, GREEN, PURPLE, YELLOW, BLACK = (

@@ -1,10 +1,10 @@
 """
 The judge: a pytest plugin that runs the tasks' tests with each graded function a StandIn for
-the student's (tools/kit/remote.py), and writes every check's outcome to a file only the
-grader reads. tools/kit/grade.py starts it once a submission, as
+the student's (classroom/remote.py), and writes every check's outcome to a file only the
+grader reads. classroom/grade.py starts it once a submission, as
 
     NANONOPE_JUDGE=spec.json python -m pytest tests/test_paper.py -k "test_T1_ or test_T3_"
-        -p tools.kit.judge
+        -p classroom.judge
 
 spec.json: {"sandbox": METHOD, "limits": [the sandbox.Limits fields], "slot": n, "results":
 where to write, "copies": a folder holding one copy of the project a task (T1/, T3/ ...), "log":
@@ -20,7 +20,7 @@ Before each check the judge puts the stand-ins of that check's task in place (an
 project's own functions for every other task: a wrong T1 cannot sink T5) and sets the tests'
 SEED to the task's seed. A check passes when its test passes; a skip, an error, or a check
 that never reported is a failure. A check whose test reads SEED is marked hidden: the student
-sees its reason without numbers (tools/kit/report.py).
+sees its reason without numbers (classroom/report.py).
 """
 
 import json
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from tools.kit import remote, sandbox
-from tools.kit.report import plain
-from tools.kit.source import resolve, task_of
+from classroom import remote, sandbox
+from classroom.report import plain
+from classroom.source import resolve, task_of
 
 SPEC = "NANONOPE_JUDGE"
 SIGNALS = {
@@ -104,7 +104,7 @@ def start_worker():
     (Popen, read fd, write fd, why a task's process or the worker ended)."""
     spec = State.spec
     limits = sandbox.Limits(*spec["limits"])
-    argv = [sys.executable, "-m", "tools.kit.remote"]
+    argv = [sys.executable, "-m", "classroom.remote"]
     first = sorted(os.listdir(spec["copies"]))[0]
     proc = subprocess.Popen(
         **sandbox.command(spec["sandbox"], spec["copies"], argv, limits, spec["slot"], first),

@@ -1,8 +1,8 @@
 """
 Where a student's code runs when it is graded: the worker's sandbox and its bounds
-(tools/classroom.py grade --sandbox=auto|bwrap|unshare|user|none).
+(python -m classroom grade --sandbox=auto|bwrap|unshare|user|none).
 
-The worker (tools/kit/remote.py) must reach nothing but its own copy of the project: not the
+The worker (classroom/remote.py) must reach nothing but its own copy of the project: not the
 teacher's checkout, not the snapshot the tests run from, not another task's copy, not another
 process, not the network, no kernel setting; it must hold no privilege on the host, use bounded
 memory, processes, files and CPU, and not outlive its task. On Linux:
@@ -62,7 +62,7 @@ UNSAFE = (
 
 @dataclass(frozen=True)
 class Limits:
-    """The worker's bounds (tools/classroom.py's options of the same names)."""
+    """The worker's bounds (classroom/command.py's options of the same names)."""
 
     memory_mb: int = 1024  # data size: heap and private mappings (RLIMIT_DATA)
     processes: int = 64  # processes and threads of the worker's uid (RLIMIT_NPROC)
@@ -336,7 +336,7 @@ def unavailable(method):
 
 def choose(requested):
     """(the method to use, a warning line or None); UserError if requested is not available."""
-    from tools.cli import UserError
+    from common import UserError
 
     if requested not in METHODS:
         raise UserError(f"--sandbox={requested}: choose one of {', '.join(METHODS)}")

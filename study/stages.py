@@ -1,5 +1,5 @@
 """
-A study's stages (reproduce.py, tools/sweep.py): each a run of one of the project's scripts,
+A study's stages (reproduce.py, study/sweep.py): each a run of one of the project's scripts,
 skipped when it finished before with the same inputs. A stage's stamp, OUT/stages/NAME.json,
 records what decides its result:
   - the command, with paths inside the study folder written relative to it (a moved study is
@@ -28,11 +28,11 @@ import time
 import traceback
 
 from evaluate import PROTOCOL
-from tools.cli import ROOT, UserError, format_seconds, load_preset, read_json, write_json
+from common import ROOT, UserError, format_seconds, load_preset, read_json, write_json
 
 # the preset section each script reads (config/NAME.py)
 SECTIONS = {"train.py": "train", "search_scales.py": "search_scales", "evaluate.py": "evaluate",
-            "tools/passkey.py": "passkey"}
+            "study/passkey.py": "passkey"}
 
 
 def project_sources(script):
@@ -48,7 +48,7 @@ def project_sources(script):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                # each name may be a module too: `from tools import plot`
+                # each name may be a module too: `from study import plot`
                 names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
             else:
                 continue
