@@ -10,10 +10,12 @@ imported where a tensor or a device is made, so -h, a refused option and the dat
 answer without it.
 """
 
+import argparse
 import ast
 import contextlib
 import csv
 import dataclasses
+import difflib
 import inspect
 import io
 import json
@@ -22,6 +24,7 @@ import os
 import re
 import sys
 import time
+import tokenize
 import typing
 from pathlib import Path
 
@@ -72,27 +75,51 @@ def log_peak_memory():
 
 
 # -----------------------------------------------------------------------------
-# Configuration: defaults (dataclass) < preset file (config/NAME.py) < --key=value
+# Configuration: defaults (dataclass) < preset file (config/NAME.py) < --key=value, parsed by
+# argparse from the dataclass's fields; -h shows each field's comment
 
-def _field_comments(cls):
-    """The '# comment' after each field in the dataclass source, used by -h, with the comment
-    lines right below it that start in the same column (a comment wrapped at 100 columns)."""
-    comments, last = {}, None  # last: (the field, its comment's column)
+class Parser(argparse.ArgumentParser):
+    """argparse, its errors one line: error: ..., exit status 2 (run_main prints it)."""
+
+    def error(self, message):
+        m = re.match(r"argument --(\w+): expected one argument", message)
+        raise UserError(f"--{m[1]} needs a value: --{m[1]}=VALUE" if m else message)
+
+
+class Help(argparse.RawDescriptionHelpFormatter):
+    """-h shows each option as it is given: --key=DEFAULT, then its comment."""
+
+    def _format_action_invocation(self, action):
+        if action.nargs == 0:  # -h, --help
+            return ", ".join(action.option_strings)
+        return f"{action.option_strings[-1]}={action.metavar}"
+
+
+def field_comments(cls):
+    """The '# comment' after each field of a dataclass in its source, with the comment lines
+    right below it that start in the same column (a comment wrapped at 100 columns)."""
     try:
-        src = inspect.getsource(cls)
+        source = Path(inspect.getsourcefile(cls)).read_text(encoding="utf-8")
     except (OSError, TypeError):
-        return comments
-    for line in src.splitlines():
-        field = re.match(r"^\s+(\w+)\s*:[^=\n]*=.*?(#\s*)(.*)$", line)
-        more = re.match(r"^(\s*)#\s*(.*)$", line)
-        if field:
-            comments[field.group(1)] = field.group(3).strip()
-            last = (field.group(1), field.start(2))
-        elif last and more and len(more.group(1)) == last[1]:
-            comments[last[0]] += " " + more.group(2).strip()
-        else:
-            last = None
-    return comments
+        return {}
+    notes = {}  # line number -> (column, text) of every comment
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            notes[tok.start[0]] = (tok.start[1], tok.string.lstrip("#").strip())
+    lines = source.splitlines()
+    node = ast.parse(source)
+    for name in cls.__qualname__.split("."):  # the class itself, nested ones included
+        node = next(n for n in node.body if isinstance(n, ast.ClassDef) and n.name == name)
+    out = {}
+    for f in node.body:
+        if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name) and f.lineno in notes:
+            column, text = notes[f.lineno]
+            line = f.end_lineno + 1
+            while (line in notes and notes[line][0] == column
+                   and not lines[line - 1][:column].strip()):
+                text, line = text + " " + notes[line][1], line + 1
+            out[f.target.id] = text
+    return out
 
 
 def _convert(name, typ, value):
@@ -166,64 +193,61 @@ def load_preset(name, section):
     return sections.get(section, {})
 
 
-def parse_config(cls, argv=None, section=None, description=None):
+def parse_config(cls, argv=None, section=None, description=None, more=()):
     """Build a `cls` dataclass from its defaults, an optional --preset=NAME (the preset's
-    `section` dict), then --key=value overrides. Unknown keys and wrong types are errors.
-    A bare --flag sets a bool field to True. -h prints every field with its comment."""
+    `section` dict), then --key=value overrides; unknown keys and wrong types are one-line
+    errors, a bare --flag sets a bool to true, a list takes commas, -h lists every field with its
+    comment. more: other dataclasses whose fields are options too (train.py: the model's);
+    with them, returns (cfg, {field: value} of theirs given by the preset or the command line)."""
     argv = sys.argv[1:] if argv is None else argv
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    if any(a in ("-h", "--help") for a in argv):
-        print_help(cls, description)
-        sys.exit(0)
-    overrides, preset = {}, None
-    for arg in argv:
+    specs = {}  # option -> (its dataclass, the field)
+    for c in (cls, *more):
+        for f in dataclasses.fields(c):
+            specs.setdefault(f.name, (c, f))
+    presets = ", ".join(sorted(p.stem for p in (ROOT / "config").glob("*.py")))
+    script = f"python {os.path.basename(sys.argv[0]) or 'script'}"
+    parser = Parser(prog=script, usage=f"{script} [--preset=NAME] [--key=value ...]",
+                    description=description, allow_abbrev=False, formatter_class=Help,
+                    epilog=f"presets in config/: {presets} (a preset sets several options; "
+                           "--key=value wins)")
+    if "preset" not in specs:
+        parser.add_argument("--preset", default=argparse.SUPPRESS, metavar="NAME",
+                            help="settings from config/NAME.py")
+    comments = {}
+    for c in (cls, *more):
+        comments = field_comments(c) | comments
+    for name, (c, f) in specs.items():
+        typ = typing.get_type_hints(c)[name]
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        shown = ",".join(map(str, default)) if isinstance(default, list) else default
+        parser.add_argument(f"--{name}", default=argparse.SUPPRESS, metavar=str(shown),
+                            type=lambda v, n=name, t=typ: _convert(n, t, v),
+                            **({"nargs": "?", "const": True} if typ is bool else {}),
+                            help=f"[{typ.__name__ if isinstance(typ, type) else typ}] "
+                                 f"{comments.get(name, '')}")
+    given, rest = parser.parse_known_args(argv)
+    for arg in rest:
+        key = arg[2:].partition("=")[0]
         if not arg.startswith("--"):
             raise UserError(f"unexpected argument {arg!r}: use --key=value (see -h)")
-        key, eq, value = arg[2:].partition("=")
-        if key == "preset":
-            preset = value
-            continue
-        if key not in hints:
-            close = [n for n in names if n.startswith(key[:3])]
-            hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
-            raise UserError(f"unknown option --{key}{hint}; -h lists them")
-        if not eq:
-            if hints[key] is not bool:
-                raise UserError(f"--{key} needs a value: --{key}=VALUE")
-            value = "true"
-        overrides[key] = value
+        close = difflib.get_close_matches(key, specs, n=3)
+        hint = f" (did you mean {', '.join('--' + c for c in close)}?)" if close else ""
+        raise UserError(f"unknown option --{key}{hint}; -h lists them")
+    given = vars(given)
+    preset = given.pop("preset", "")
     values = {}
     if preset:
         for key, value in load_preset(preset, section or cls.__name__).items():
-            if key not in hints:
+            if key not in specs:
                 raise UserError(f"preset {preset!r} sets unknown option {key!r} for this script")
-            values[key] = _convert(key, hints[key], value)
-    for key, value in overrides.items():
-        values[key] = _convert(key, hints[key], value)
-    cfg = cls(**values)
-    if preset and "preset" in hints:
+            values[key] = _convert(key, typing.get_type_hints(specs[key][0])[key], value)
+    values |= given
+    cfg = cls(**{k: v for k, v in values.items() if specs[k][0] is cls})
+    if preset and "preset" in specs:
         cfg.preset = preset
-    return cfg
-
-
-def print_help(cls, description=None):
-    hints = typing.get_type_hints(cls)
-    comments = _field_comments(cls)
-    script = os.path.basename(sys.argv[0]) or "script"
-    if description:
-        print(description.strip() + "\n")
-    print(f"usage: python {script} [--preset=NAME] [--key=value ...]\n\n"
-          "options (default, then what it is):")
-    for f in dataclasses.fields(cls):
-        typ = getattr(hints[f.name], "__name__", str(hints[f.name]))
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        if isinstance(default, list):
-            default = ",".join(str(v) for v in default)
-        print(f"  --{f.name}={default}  [{typ}]  {comments.get(f.name, '')}")
-    presets = sorted(p.stem for p in (ROOT / "config").glob("*.py"))
-    print(f"\npresets in config/: {', '.join(presets)}  "
-          "(a preset sets several options; --key=value wins)")
+    if not more:
+        return cfg
+    return cfg, {k: v for k, v in values.items() if specs[k][0] is not cls}
 
 
 def config_dict(cfg):
@@ -366,3 +390,43 @@ class Progress:
         return " | ".join(parts)
 
 
+
+
+# -----------------------------------------------------------------------------
+# The learning-rate schedule and lengths in units of L, which every script reads alike
+
+def cosine_lr(it, warmup, decay_iters, lr, min_lr):
+    """The learning rate at step `it`: linear warm-up over `warmup` steps, then a cosine from lr
+    down to min_lr at decay_iters, held there. The one schedule of the project (train.py's runs
+    and search_scales.py's fits of lambda)."""
+    if it < warmup:
+        return lr * (it + 1) / (warmup + 1)
+    if it >= decay_iters:
+        return min_lr
+    ratio = (it - warmup) / max(decay_iters - warmup, 1)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+def length_list(multiples, train_len):
+    """Lengths given in units of the training length L (e.g. 1, 1.5, 2, 4) -> tokens, shortest
+    first (evaluate.py's per-position curve and entropy come from the last, the longest)."""
+    out = []
+    for v in multiples:
+        if v <= 0:
+            raise UserError(f"lengths are multiples of L and must be > 0, got {v:g}")
+        n = int(round(v * train_len))
+        if n not in out:
+            out.append(n)
+    return sorted(out)
+
+
+def length_name(k):
+    """2.0 -> '2L', 1.5 -> '1.5L': a length in units of L, as file names and results.json
+    name it."""
+    return f"{k:g}L"
+
+
+def default_tail(train_len):
+    """The paper scores the last 256 tokens of each window at L = 2048, i.e. L/8;
+    for small L we keep that proportion (at least 1 token, at most 256)."""
+    return int(min(256, max(1, train_len // 8)))

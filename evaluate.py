@@ -32,10 +32,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+import families  # noqa: F401  (registers the families past the paper: their checkpoints load)
+from common import (UserError, atomic_write_text, autocast, default_tail, length_list, length_name,
+                    parse_ckpts, parse_config, pick_device, pick_dtype, read_json, run_main,
+                    write_csv, write_json)
 from data import Dataset
+from families import arch_of
 from model import load_checkpoint
-from common import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config,
-                       pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 
 # What a measurement means. Bump it when that changes (the start token, the windows, the
 # metrics): evaluate.py refuses to merge results of another version, and reproduce.py reruns
@@ -78,14 +81,6 @@ class EvalConfig:
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
 
-def arch_of(c):
-    """Where a model's position information comes from: nope, rope, alibi, or a hybrid such as
-    rope+nope/4+window32 (RoPE layers windowed to 32 keys, every 4th layer NoPE); +ssmax when its
-    softmax is Scalable-Softmax."""
-    return (c.pos_encoding + (f"+nope/{c.nope_every}" if c.nope_every else "")
-            + (f"+window{c.rope_window}" if c.rope_window else "") + ("+ssmax" if c.ssmax else ""))
-
-
 def scales_of(model):
     """null (all ones), one number (uniform), or the (layer x head) table."""
     return _table(model.get_head_scales(), plain=1)
@@ -110,13 +105,11 @@ def _table(t, plain):
 # a context limit (the recomputed last-L reference)
 
 def _losses(model, x, y, ctx, mask_window, entropy, chunk):
-    """Per-token losses (B, T) and, with entropy, per-layer (B, n_head, T) entropies stacked
-    to (B, n_layer, n_head, T)."""
-    ent = [] if entropy else None
+    """Per-token losses (B, T) and, with entropy, the attention entropies
+    (B, n_layer, n_head, T) in bits from the same pass (the written-out softmax)."""
     with ctx:
-        _, loss = model(x, y, window=mask_window, explicit=entropy, entropy=ent, chunk=chunk,
-                        reduction="none")
-    return loss.float(), (torch.stack(ent, dim=1) if entropy else None)
+        out = model(x, y, window=mask_window, entropy=entropy, chunk=chunk, reduction="none")
+    return out[1].float(), (out[2] if entropy else None)
 
 
 def last_L_losses(model, x, y, context, batch_size, ctx=contextlib.nullcontext(), entropy=False,
@@ -197,31 +190,6 @@ def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=No
     return out
 
 
-def default_tail(train_len):
-    """The paper scores the last 256 tokens of each window at L = 2048, i.e. L/8;
-    for small L we keep that proportion (at least 1 token, at most 256)."""
-    return int(min(256, max(1, train_len // 8)))
-
-
-def length_list(multiples, train_len):
-    """Lengths given in units of the training length L (e.g. 1, 1.5, 2, 4) -> tokens, shortest
-    first (evaluate.py's per-position curve and entropy come from the last, the longest)."""
-    out = []
-    for v in multiples:
-        if v <= 0:
-            raise UserError(f"lengths are multiples of L and must be > 0, got {v:g}")
-        n = int(round(v * train_len))
-        if n not in out:
-            out.append(n)
-    return sorted(out)
-
-
-def length_name(k):
-    """2.0 -> '2L', 1.5 -> '1.5L': a length in units of L, as file names and results.json
-    name it."""
-    return f"{k:g}L"
-
-
 def binned(values, width):
     """Mean over consecutive bins of `width` positions along the last axis; bin centres (1-based:
     position i is index + 1, and position i's loss is its prediction of token i + 1)."""
@@ -248,8 +216,7 @@ def set_length(model, cfg, n, L):
     """Per-length settings: the RoPE extension factor for zero-shot rows. Returns it (or None)."""
     if not cfg.rope_scaling:
         return None
-    model.config.rope_scaling = cfg.rope_scaling
-    model.config.rope_factor = rope_factor_for(cfg, n, L)
+    model.config.rope_factor = rope_factor_for(cfg, n, L)  # the tables follow the config
     return model.config.rope_factor
 
 
@@ -262,7 +229,7 @@ def evaluate_model(name, model, ds, cfg, L, ctx, dtype):
            "lengths": [], "loss": [], "bpb": [], "tail_loss": [], "tokens": [], "tail_tokens": [],
            "windows": [], "scales": scales_of(model), "slopes": slopes_of(model),
            "pos_encoding": model.config.pos_encoding, "arch": arch_of(model.config),
-           "temp": model.config.nope_temp or None, "dtype": dtype}
+           "temp": getattr(model.config, "nope_temp", 0) or None, "dtype": dtype}
     factors = []
     for n in lengths:
         t0 = time.time()
@@ -453,6 +420,10 @@ def main():
     models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}
     os.makedirs(cfg.out_dir, exist_ok=True)
     L, data = check_models(cfg, models)
+    if cfg.rope_scaling:  # zero-shot: the same weights, RoPE stretched (families.RopeScaled)
+        models = {name: load_checkpoint(path, device, family="rope_scaled",
+                                        rope_scaling=cfg.rope_scaling)
+                  for name, path in ckpts.items()}
     dataset = next(iter(data.values())).name
     length_list(cfg.lengths, L)  # validates
     protocol = {"dataset": dataset, "train_len": L, "windows": cfg.windows, "seed": cfg.seed,

@@ -53,13 +53,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from common import (ROOT, UserError, atomic_write_text, format_seconds, length_name, load_preset,
+                    parse_config, read_json, run_main)
 from data import Dataset, dataset_dir
-from evaluate import length_name
-from common import (ROOT, UserError, atomic_write_text, format_seconds, load_preset,
-                       parse_config, read_json, run_main)
 from study.plot import ENTROPY_ROWS
 from study.stages import Stages, resume_or_restart, run_script
 from train import TrainConfig
+from model import GPT, GPTConfig
 
 
 @dataclass
@@ -208,7 +208,7 @@ def check(cfg):
                             f"--grid_lengths (now {','.join(f'{k:g}' for k in cfg.grid_lengths)})")
     if cfg.modern:
         n_layer = (cfg.n_layer
-                   or load_preset(cfg.preset, "train").get("n_layer", TrainConfig.n_layer))
+                   or load_preset(cfg.preset, "train").get("n_layer", GPTConfig.n_layer))
         if not 1 <= cfg.nope_every <= n_layer:
             raise UserError(f"--modern's hybrids make every k-th of the {n_layer} layers NoPE: "
                             f"--nope_every must be 1..{n_layer}, got {cfg.nope_every}")
@@ -224,7 +224,6 @@ def gpu_preset_estimate(cfg):
     """Roughly how long the gpu preset's trainings take on this machine's CPU: their FLOPs
     (GPT.flops_per_token) over the rate of a float32 matmul measured here (study/bench.py). A
     lower bound: a model never runs at its matmul rate."""
-    from model import GPT, GPTConfig
     from study.bench import matmul_rate
     t = load_preset("gpu", "train")
     keys = ("n_layer", "n_head", "n_embd", "block_size")
@@ -296,7 +295,9 @@ def prepare_data(cfg):
 def train_models(study):
     cfg = study.cfg
     preset = load_preset(cfg.preset, "train")
-    steps, batch, T = (getattr(cfg, k) or preset.get(k, getattr(TrainConfig, k))
+    defaults = {"max_iters": TrainConfig.max_iters, "batch_size": TrainConfig.batch_size,
+                "block_size": GPTConfig.block_size}
+    steps, batch, T = (getattr(cfg, k) or preset.get(k, defaults[k])
                        for k in ("max_iters", "batch_size", "block_size"))
     text = len(Dataset(cfg.dataset).tokens["train"])
     print(f"each model reads {steps * batch * T / text:.3g} passes over the {text:,} training "
@@ -332,9 +333,8 @@ def rope_baselines(study):
     steps and sequences, at its length) but all weights trained."""
     cfg, L, rope = study.cfg, study.L, study.ckpt("rope")
     rope_scales, ft = study.path("scales_rope"), length_name(cfg.finetune_length)
-    study.stages.run("rope_grid", ["search_scales.py", f"--ckpt={rope}", f"--out_dir={rope_scales}",
-                                   f"--preset={cfg.preset}", "--grid=false", "--fit_lengths=",
-                                   "--rope_grid",
+    study.stages.run("rope_grid", ["study/rope_grid.py", f"--ckpt={rope}",
+                                   f"--out_dir={rope_scales}", f"--preset={cfg.preset}",
                                    # the evaluated lengths past L
                                    f"--lengths={lengths([k for k in cfg.lengths if k > 1])}"]
                      + ([f"--windows={cfg.windows}"] if cfg.windows else []),
@@ -346,7 +346,8 @@ def rope_baselines(study):
         run_dir = study.path(f"rope_{method}_ft_{ft}")
         study.train(f"rope_{method}_ft", [
             f"--init_from={rope}", f"--out_dir={run_dir}",
-            f"--block_size={int(cfg.finetune_length * L)}", f"--rope_scaling={method}",
+            f"--block_size={int(cfg.finetune_length * L)}", "--family=rope_scaled",
+            f"--rope_scaling={method}",
             f"--rope_factor={cfg.finetune_length:g}", f"--max_iters={steps}",
             f"--batch_size={batch}", f"--learning_rate={cfg.finetune_lr:g}",
             f"--min_lr={cfg.finetune_lr / 10:g}",
@@ -478,7 +479,8 @@ def modern_rows(study):
               "hybrid_swa": [f"--nope_every={cfg.nope_every}", f"--rope_window={window}"]}
     for name, extra in models.items():  # trained from scratch as the NoPE and RoPE twins are
         run_dir = study.path(name)
-        study.train(f"train_{name}", ["--pos_encoding=rope", "--bos=true", *extra,
+        study.train(f"train_{name}", ["--family=hybrid", "--pos_encoding=rope", "--bos=true",
+                                      *extra,
                                       f"--out_dir={run_dir}", *study.overrides],
                     [join(run_dir, "summary.json")], resume_dir=run_dir)
     # DroPE: the RoPE twin without RoPE, as is (no step), then recalibrated at L with the text of
@@ -549,7 +551,7 @@ def beyond_rows(study):
     ALiBi it scales q.k, its bias stays as trained), HeadScale on nope_ssmax (only lambda is
     fitted, s stays as trained); each model's reference is itself reading its last L."""
     cfg, ab, join = study.cfg, study.ab, os.path.join
-    models = {"alibi": ["--pos_encoding=alibi"], "nope_ssmax": ["--pos_encoding=nope", "--ssmax"]}
+    models = {"alibi": ["--family=alibi", "--pos_encoding=alibi"], "nope_ssmax": ["--family=ssmax"]}
     rows = []
     for name, extra in models.items():
         run_dir = study.path(name)

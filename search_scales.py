@@ -40,7 +40,7 @@ Writes into out_dir (default: the checkpoint's folder + /scales):
                         nothing fitted
     slope_grid.pt/.json  --set_slope=grid: every slope the grid's a at its longest length
                         (slope_0.3.*: a number)
-On a hybrid of RoPE and NoPE layers (GPTConfig.nope_every) every scale and slope acts on its NoPE
+On a hybrid of RoPE and NoPE layers (families.Hybrid) every scale and slope acts on its NoPE
 layers alone; the RoPE layers keep lambda = 1.
 The grid scores windows of the validation split's "search" documents; evaluate.py scores its "eval"
 documents (protocol 3, data.doc_sides): lambda is never judged, at any length, on text it was
@@ -57,12 +57,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+import families  # noqa: F401  (registers the families past the paper: their checkpoints load)
+from common import (Progress, UserError, autocast, cosine_lr, default_tail, length_list,
+                    length_name, parse_config, pick_device, pick_dtype, read_json, run_main,
+                    write_csv, write_json)
 from data import Dataset
-from evaluate import binned, default_tail, length_list, length_name, measure
+from evaluate import binned, measure
 from model import load_checkpoint, save_checkpoint
-from train import cosine_lr
-from common import (Progress, UserError, autocast, parse_config, pick_device, pick_dtype,
-                       read_json, run_main, write_csv, write_json)
 
 
 @dataclass
@@ -106,12 +107,6 @@ class SearchConfig:
     set_slope: list[str] = field(default_factory=list)  # write slope_VALUE.pt, nothing fitted:
                                         # every slope a = VALUE, a number >= 0, logn (Qwen:
                                         # 1/ln L) or grid (uniform.json's a, longest length)
-    # RoPE baselines: zero-shot extension factors (RoPE checkpoints only)
-    rope_grid: bool = False             # grid over each rope_method's factor at each of `lengths`
-    rope_methods: list[str] = field(  # PI, NTK-aware, YaRN
-        default_factory=lambda: ["pi", "ntk", "yarn"])
-    factors: list[float] = field(  # grid
-        default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0])
     # system
     batch_size: int = 8                 # evaluation batch size
     seed: int = 4321                    # windows and fit batches
@@ -151,38 +146,12 @@ def check(cfg):
         raise UserError(f"--granularity must be head, layer or uniform, got {cfg.granularity!r}")
     if cfg.select not in ("loss", "tail"):
         raise UserError(f"--select must be loss or tail, got {cfg.select!r}")
-    if any(f < 1 for f in cfg.factors) or not cfg.factors:
-        raise UserError(f"--factors must be >= 1 (1 = plain RoPE), got {cfg.factors}")
-    for m in cfg.rope_methods:
-        if m not in ("pi", "ntk", "yarn"):
-            raise UserError(f"--rope_methods takes pi, ntk, yarn; got {m!r}")
     for k in ("windows", "steps", "fit_batch_size", "batch_size", "log_interval", "lr"):
         if getattr(cfg, k) <= 0:
             raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
     for k in ("tail", "position_bins"):
         if getattr(cfg, k) < 0:
             raise UserError(f"--{k} must be >= 0 (0 = L/8), got {getattr(cfg, k)}")
-
-
-def scaled_layers(model):
-    """The layers lambda (or its slope) applies to: a hybrid's NoPE layers, whose RoPE layers keep
-    lambda = 1 (Llama 4 scales its NoPE layers alone); every layer otherwise."""
-    c = model.config
-    return c.nope_layers() if c.nope_every else list(range(c.n_layer))
-
-
-def on_layers(model, value, fill):
-    """value (a number, or a table with one row per scaled layer) as the model's (n_layer, n_head)
-    table, `fill` (1 for lambda, 0 for a slope) on the layers not scaled; unchanged without a
-    hybrid."""
-    layers, n_layer, n_head = scaled_layers(model), model.config.n_layer, model.config.n_head
-    if len(layers) == n_layer:
-        return value
-    value = torch.as_tensor(value, dtype=torch.float32, device=model.lm_head.weight.device)
-    value = value.expand(len(layers), n_head)
-    return torch.stack([value[layers.index(layer)] if layer in layers
-                        else torch.full_like(value[0], fill)
-                        for layer in range(n_layer)])  # keeps value's gradient
 
 
 # -----------------------------------------------------------------------------
@@ -243,7 +212,7 @@ def grid_search(model, windows_at, cfg, L, ctx):
         t0 = time.time()
         per_pos = []
         for lam in lams:
-            model.set_head_scales(on_layers(model, lam, 1.0))
+            model.set_head_scales(lam)  # a hybrid's RoPE layers keep 1
             per_pos.append(measure(model, windows, cfg.batch_size, ctx)["loss"])
         per_pos = np.stack(per_pos)  # (n_lam, n): loss per lambda and position
         rows += [[n, lam, round(a, 5), round(b, 5)]
@@ -276,40 +245,6 @@ def grid_search(model, windows_at, cfg, L, ctx):
     return rows, summary, tail
 
 
-def rope_factor_grid(model, windows_at, cfg, L, ctx):
-    """Zero-shot RoPE extension, the paper's "best of grid" rows: for each method and target
-    length, the validation loss of every factor; the best factor is kept per length."""
-    tail = cfg.tail or default_tail(L)
-    rows, best = [], {m: {} for m in cfg.rope_methods}
-    for n, windows in windows_at.items():
-        plain = None  # plain RoPE's loss (factor 1), measured once a length if the grid lacks it
-        for method in cfg.rope_methods:
-            model.config.rope_scaling = method
-            loss, tail_loss = [], []
-            for s in cfg.factors:
-                # the cos/sin tables are computed from the config on every call
-                model.config.rope_factor = s
-                per_pos = measure(model, windows, cfg.batch_size, ctx)["loss"]
-                loss.append(float(per_pos.mean()))
-                tail_loss.append(float(per_pos[-tail:].mean()))
-                rows.append([method, n, s, round(loss[-1], 5), round(tail_loss[-1], 5)])
-            i = int(np.argmin(loss if cfg.select == "loss" else tail_loss))
-            if 1.0 in cfg.factors:
-                at1 = loss[cfg.factors.index(1.0)]
-            elif plain is None:
-                model.config.rope_factor = 1.0  # every method at factor 1 is plain RoPE
-                plain = at1 = float(measure(model, windows, cfg.batch_size, ctx)["loss"].mean())
-            else:
-                at1 = plain
-            best[method][length_name(n / L)] = {"length": n, "best_factor": cfg.factors[i],
-                                               "loss": loss[i], "tail_loss": tail_loss[i],
-                                               "loss_at_1": at1}
-            print(f"{length_name(n / L):>4} {method:>4}: best factor {cfg.factors[i]:g}, "
-                  f"loss {loss[i]:.4f} tail {tail_loss[i]:.4f}", flush=True)
-    model.config.rope_scaling, model.config.rope_factor = "none", 1.0
-    return rows, best, tail
-
-
 # -----------------------------------------------------------------------------
 # HeadScale: gradient fit of the scales alone (or of their slopes a, --fit=slope)
 
@@ -321,13 +256,13 @@ def fit_head_scales(model, batches, init, steps=200, lr=0.05, betas=(0.9, 0.95),
         minimise over lam:  mean cross-entropy of model(x; lam) on y,   (x, y) from `batches`
 
     AdamW on lam alone (no weight decay); the learning rate rises linearly for `warmup` steps,
-    then falls on a cosine from lr to final_lr at the last step (train.cosine_lr); after every
+    then falls on a cosine from lr to final_lr at the last step (common.cosine_lr); after every
     step lam = max(lam, min_scale), the paper's focus constraint (min_scale = 1). The paper
     starts at the best uniform lambda: pass it as init.
     init: the starting lam, (n_layer, n_head) (one per head), (n_layer, 1) (per layer) or (1, 1);
     model.set_head_scales takes each shape as a view, so the gradient reaches lam.
     batches: an iterator of (x, y) token rows (the sampler is the caller's, as are precision,
-    progress and what lam stands for: fit_at below hands in a Fitting view of the model).
+    progress and the stop at a non-finite loss: fit_at below adds them as hooks on the model).
     The model is left as it was found, after an error too: scales, requires_grad flags and
     train/eval mode.
     Returns (lam fitted, detached, init's shape; the log: one dict a step with step, loss,
@@ -361,43 +296,33 @@ def fit_head_scales(model, batches, init, steps=200, lr=0.05, betas=(0.9, 0.95),
     return lam.detach(), log
 
 
-class Fitting(torch.nn.Module):
-    """The model as fit_head_scales sees it when this script fits (fit_at). What it calls the
-    head scales is what --fit and --granularity fit: lambda, or the slopes a (--fit=slope), on
-    a hybrid's NoPE layers alone (its RoPE layers keep lambda = 1, a = 0); the forward runs
-    under the script's precision, and each step's loss is checked (a loss gone non-finite stops
-    the fit) and shown on one progress line."""
+def fit_hooks(model, progress, log_interval, slopes):
+    """fit_at's additions to the model's forward while T5 fits it, as hooks (removed after):
+    with slopes, before each forward the values fit_head_scales set as lambda become the slopes
+    a of lam(i) = 1 + a ln(max(i, L) / L) and lambda is 1; after it, a loss gone non-finite
+    stops the fit, and every log_interval steps a progress line. Returns the hooks' handles."""
+    step = [0]  # forward passes so far
 
-    def __init__(self, model, slopes, ctx, progress, log_interval):
-        super().__init__()
-        self.model, self.config, self.slopes, self.ctx = model, model.config, slopes, ctx
-        self.progress, self.log_interval, self.step, self.lam = progress, log_interval, 0, None
-        self.train(model.training)  # the view's mode is the model's
+    def scales_to_slopes(module, args):
+        for layer in model.scaled_layers():
+            attn = model.transformer.h[layer].attn
+            attn.head_slope, attn.head_scale = attn.head_scale, torch.ones_like(attn.head_scale)
 
-    def get_head_scales(self):
-        return self.model.get_head_slopes() if self.slopes else self.model.get_head_scales()
-
-    def set_head_scales(self, lam):
-        """The fit's lam (it requires grad: a view of it goes in) or a whole table to restore."""
-        if lam.requires_grad:
-            layers, n_head = len(scaled_layers(self.model)), self.config.n_head
-            self.lam = lam
-            lam = on_layers(self.model, lam.expand(layers, n_head), 0.0 if self.slopes else 1.0)
-        (self.model.set_head_slopes if self.slopes else self.model.set_head_scales)(lam)
-
-    def forward(self, x, y):
-        with self.ctx:
-            logits, loss = self.model(x, y)
-        self.step += 1
-        if not math.isfinite(loss.item()):
-            raise UserError(f"the fit diverged (loss {loss.item()}) at step {self.step - 1}; "
-                            "lower --lr")
-        if self.step % self.log_interval == 0 or self.step == self.progress.total:
-            sym, lam = "a" if self.slopes else "lam", self.lam.detach()
-            stats = {f"{sym}_{k}": f"{f(lam).item():.3f}" for k, f in
+    def after(module, args, out):
+        loss = out[1].item()
+        if not math.isfinite(loss):
+            raise UserError(f"the fit diverged (loss {loss}) at step {step[0]}; lower --lr")
+        step[0] += 1
+        if step[0] % log_interval == 0 or step[0] == progress.total:
+            sym = "a" if slopes else "lam"
+            table = model.get_head_slopes() if slopes else model.get_head_scales()
+            fitted = table[model.scaled_layers()]
+            stats = {f"{sym}_{k}": f"{f(fitted).item():.3f}" for k, f in
                      (("mean", torch.mean), ("min", torch.min), ("max", torch.max))}
-            print(self.progress.line(self.step, loss=round(loss.item(), 5), **stats), flush=True)
-        return logits, loss
+            print(progress.line(step[0], loss=round(loss, 5), **stats), flush=True)
+
+    hooks = [model.register_forward_pre_hook(scales_to_slopes)] if slopes else []
+    return hooks + [model.register_forward_hook(after)]
 
 
 def fit_batches(ds, cfg, n, device):
@@ -412,29 +337,36 @@ def fit_batches(ds, cfg, n, device):
 
 def fit_at(model, ds, cfg, n, init, ctx, device, dtype):
     """fit_head_scales at length n, as this script runs it: per head, per layer or one lambda
-    (--granularity), a hybrid's NoPE layers alone, the slopes instead with --fit=slope, a
-    progress line and the divergence check (all in the Fitting view). Returns (the model's
-    (n_layer, n_head) table, the log)."""
+    (--granularity), on the layers lambda applies to (a hybrid's NoPE layers), the slopes
+    instead with --fit=slope, under the script's precision, with a progress line and the stop at
+    a non-finite loss (fit_hooks). Returns (the model's (n_layer, n_head) table, the log)."""
     slopes = cfg.fit == "slope"
-    layers, n_head = len(scaled_layers(model)), model.config.n_head
-    shape = {"head": (layers, n_head), "layer": (layers, 1), "uniform": (1, 1)}[cfg.granularity]
-    fill = 0.0 if slopes else 1.0  # what a hybrid's RoPE layers keep: a = 0, lambda = 1
+    layers, n_head = model.scaled_layers(), model.config.n_head
+    shape = {"head": (len(layers), n_head), "layer": (len(layers), 1),
+             "uniform": (1, 1)}[cfg.granularity]
     # the clamp after every step: lam >= min_scale (the paper: 1). --min_scale=0 is the paper's
     # no-clamp ablation, which still keeps lam >= 1e-3 (a logit's sign never flips); slopes a >= 0
     floor = 0.0 if slopes else cfg.min_scale if cfg.min_scale > 0 else 1e-3
     # float16 cards fit in float32: lambda's gradient through float16 activations overflowed
-    # (a gradient scaler then skipped steps), and a fit of a few hundred steps is cheap
+    # (a gradient scaler then skipped steps), and a fit of a few hundred steps is cheap. The
+    # precision's autocast holds the backward too: it runs in the forward's dtypes either way
     fit_ctx = contextlib.nullcontext() if dtype == "float16" else ctx
-    progress = Progress(cfg.steps, cfg.fit_batch_size * n)
-    view = Fitting(model, slopes, fit_ctx, progress, cfg.log_interval)
-    lam, log = fit_head_scales(
-        view, fit_batches(ds, cfg, n, device), torch.full(shape, float(init), device=device),
-        steps=cfg.steps, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2),
-        warmup=max(1, int(cfg.warmup_frac * cfg.steps)), final_lr=cfg.final_lr_frac * cfg.lr,
-        min_scale=floor)
+    hooks = fit_hooks(model, Progress(cfg.steps, cfg.fit_batch_size * n), cfg.log_interval, slopes)
+    try:
+        with fit_ctx:
+            lam, log = fit_head_scales(
+                model, fit_batches(ds, cfg, n, device),
+                torch.full(shape, float(init), device=device), steps=cfg.steps, lr=cfg.lr,
+                betas=(cfg.beta1, cfg.beta2), warmup=max(1, int(cfg.warmup_frac * cfg.steps)),
+                final_lr=cfg.final_lr_frac * cfg.lr, min_scale=floor)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    table = torch.full((model.config.n_layer, n_head), 0.0 if slopes else 1.0)  # the rest keep it
+    table[layers] = lam.expand(len(layers), n_head).cpu()
     if slopes:  # the log in the slopes' own names
         log = [{k.replace("lam_", "a_"): v for k, v in row.items()} for row in log]
-    return on_layers(model, lam.expand(layers, n_head), fill).clone(), log
+    return table, log
 
 
 def start_value(cfg, uniform_path, n, L):
@@ -470,7 +402,7 @@ def set_slope(model, value, L, uniform_path, out, extras):
         a, source = fit["a"], f"grid: lambda(i) fit at {fit['length']} (R2 {fit['r2']:.3f})"
     else:
         a, source = float(value), "given"
-    model.set_head_slopes(on_layers(model, a, 0.0))
+    model.set_head_slopes(a)  # a hybrid's RoPE layers keep 0
     stem = os.path.join(out, f"slope_{value if value in ('logn', 'grid') else f'{a:g}'}")
     info = {"method": "set_slope", "value": value, "a": a, "source": source}
     save_checkpoint(stem + ".pt", model, **extras, scales=info)
@@ -483,13 +415,9 @@ def check_against(cfg, model, uniform_path, L):
     """Every input that needs the checkpoint, checked before any work: a fit started at the
     grid's lambda needs the grid there, and a grid length the validation split cannot hold is
     said now (its windows are drawn in main, before any measurement)."""
-    if cfg.rope_grid and model.config.pos_encoding != "rope":
-        raise UserError(f"--rope_grid needs a RoPE checkpoint; {cfg.ckpt} is "
-                        f"{model.config.pos_encoding}")
-    if not scaled_layers(model):
-        raise UserError(f"{cfg.ckpt} is a hybrid with no NoPE layer "
-                        f"(nope_every={model.config.nope_every}, "
-                        f"{model.config.n_layer} layers): nothing to scale")
+    if not model.scaled_layers():
+        raise UserError(f"{cfg.ckpt} has no layer lambda applies to (a hybrid without a NoPE "
+                        f"layer, of {model.config.n_layer}): nothing to scale")
     gridded = ({length_name(n / L) for n in length_list(cfg.lengths, L)} if cfg.grid else set()) | (
         set(read_json(uniform_path)["lengths"]) if os.path.exists(uniform_path) else set())
     missing = [length_name(n / L) for n in length_list(cfg.fit_lengths, L)
@@ -517,22 +445,12 @@ def write_uniform_grid(model, windows_at, cfg, L, ctx, out, uniform_path, base, 
                                              "r2": longest["fit_r2"]}})
     for name, s in summary.items():
         lam = s["best_lam"] if cfg.select == "loss" else s["best_lam_tail"]
-        model.set_head_scales(on_layers(model, lam, 1.0))
+        model.set_head_scales(lam)
         save_checkpoint(os.path.join(out, f"uniform_grid_{name}.pt"), model, **extras,
                         scales={"method": "uniform", "length": s["length"], "lam": lam})
     model.set_head_scales(1.0)
     print(f"wrote {out}/grid.csv, uniform.json, uniform_grid_*.pt; lam(i) = 1 + a ln(i/L) at "
           f"{longest['length']}: a = {longest['fit_a']:.3f}, R2 = {longest['fit_r2']:.3f}")
-
-
-def write_rope_grid(model, windows_at, cfg, L, ctx, out, base):
-    """The RoPE baselines' files: evaluate.py --rope_factors reads each length's best factor."""
-    rows, best, tail = rope_factor_grid(model, windows_at, cfg, L, ctx)
-    write_csv(os.path.join(out, "rope_grid.csv"), rows,
-              ["method", "length", "factor", "loss", "tail_loss"])
-    write_json(os.path.join(out, "rope_factors.json"),
-               base | {"tail": tail, "select": cfg.select, "seed": cfg.seed, "methods": best})
-    print(f"wrote {out}/rope_grid.csv, rope_factors.json")
 
 
 def checked_fit(model, ds, cfg, n, init, ctx, device, dtype):
@@ -597,13 +515,11 @@ def main():
     uniform_path = os.path.join(out, "uniform.json")
     check_against(cfg, model, uniform_path, L)
     windows_at = {n: ds.windows(n, cfg.windows, seed=cfg.seed, subset="search")
-                  for n in length_list(cfg.lengths, L)} if cfg.grid or cfg.rope_grid else {}
+                  for n in length_list(cfg.lengths, L)} if cfg.grid else {}
 
     # --- 1. UniformScale: grid search -------------------------------------------------
     if cfg.grid:
         write_uniform_grid(model, windows_at, cfg, L, ctx, out, uniform_path, base, extras)
-    if cfg.rope_grid:
-        write_rope_grid(model, windows_at, cfg, L, ctx, out, base)
 
     # --- 1b. slopes set without a fit: Qwen's logn, the grid's a -----------------------------
     for value in cfg.set_slope:

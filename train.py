@@ -20,17 +20,19 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 from torch.distributed import destroy_process_group, init_process_group
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import families  # noqa: F401  (registers the families past the paper: --family=NAME)
+from common import (Progress, UserError, autocast, config_dict, cosine_lr, format_seconds,
+                    grad_scaler, parse_config, pick_device, pick_dtype, run_main, write_csv,
+                    write_json)
 from data import Dataset
 from evaluate import measure
-from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
-from common import (Progress, UserError, autocast, config_dict, format_seconds, grad_scaler,
-                       parse_config, pick_device, pick_dtype, run_main, write_csv, write_json)
+from model import FAMILIES, GPT, GPTConfig, load_checkpoint, make_config, save_checkpoint
 
 
 @dataclass
@@ -41,23 +43,9 @@ class TrainConfig:
     resume: bool = False                # continue from out_dir/ckpt.pt (model, optimizer, step)
     init_from: str = ""                 # fine-tune: a checkpoint's weights and shape, new optimizer
     overwrite: bool = False             # allow a fresh run to replace an existing out_dir/ckpt.pt
-    # model
-    pos_encoding: str = "nope"          # nope | rope | alibi (linear biases, beyond the paper)
-    n_layer: int = 4                    # transformer blocks
-    n_head: int = 4                     # attention heads per block
-    n_embd: int = 128                   # width
-    block_size: int = 128               # training length L
-    dropout: float = 0.0                # dropout rate (0 for these short runs)
-    bias: bool = False                  # biases in Linear and LayerNorm
-    rope_base: float = 10000.0          # RoPE base
-    rope_scaling: str = "none"          # RoPE extension to train with: none | pi | ntk | yarn
-    rope_factor: float = 1.0            # RoPE extension factor
-    bos: bool = True                    # rows begin with the start token (false: as in the paper)
-    nope_every: int = 0                 # rope hybrid: every k-th layer is NoPE (Llama 4: 4)
-    rope_window: int = 0                # hybrid: the RoPE layers' sliding window, <= L (0 = global)
-    nope_temp: float = 0.0              # temperature of NoPE layers past L (0 = off; Llama 4: 0.1)
-    nope_temp_floor: float = 1.0        # its floor scale, in units of L
-    ssmax: bool = False                 # Scalable-Softmax: logits x s_h ln n, s learned per head
+    # the model: every field of model.GPTConfig (and of a family's Config) is an option too,
+    # --n_layer=4, --pos_encoding=rope, --family=hybrid --nope_every=4; its block_size is the
+    # length the run trains at (with --init_from the model keeps its own L)
     # optimisation
     batch_size: int = 64                # sequences per micro-step per process
     gradient_accumulation_steps: int = 1  # micro-steps per optimizer step
@@ -86,22 +74,14 @@ class TrainConfig:
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
 
-MODEL_KEYS = [f.name for f in fields(GPTConfig) if f.name in TrainConfig.__dataclass_fields__]
 VAL_SEED = 1234  # the monitor's windows (in the scale search's documents), not the training seed
 VAL_BATCH = 32   # windows per forward pass of the monitor (does not change what it measures)
 LOG_HEADER = ["step", "train_loss", "val_loss", "lr", "grad_norm", "seconds"]  # train_log.csv
 
 
-def cosine_lr(it, warmup, decay_iters, lr, min_lr):
-    """The learning rate at step `it`: linear warm-up over `warmup` steps, then a cosine from lr
-    down to min_lr at decay_iters, held there. The one schedule of the project (train.py's runs
-    and search_scales.py's fits of lambda)."""
-    if it < warmup:
-        return lr * (it + 1) / (warmup + 1)
-    if it >= decay_iters:
-        return min_lr
-    ratio = (it - warmup) / max(decay_iters - warmup, 1)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+def model_options():
+    """The model's settings, options of train.py too: GPTConfig's, then each family's own."""
+    return list(dict.fromkeys(attention.Config for attention in FAMILIES.values()))
 
 
 def get_lr(it, cfg):
@@ -110,11 +90,12 @@ def get_lr(it, cfg):
 
 
 def main():
-    cfg = parse_config(TrainConfig, section="train", description=__doc__)
-    check(cfg)
+    cfg, model_args = parse_config(TrainConfig, section="train", description=__doc__,
+                                   more=model_options())
+    check(cfg, model_args)
     ddp, rank, world, device = start_processes(cfg)
     try:
-        train(cfg, ddp, rank, world, device)
+        train(cfg, model_args, ddp, rank, world, device)
     except BaseException as e:  # under DDP, an error (a loss not finite) ends every process alike:
         traceback.clear_frames(e.__traceback__)  # free what its frames hold (the DDP wrapper),
         if ddp:                                  # then the process group, as after a finished run
@@ -124,9 +105,10 @@ def main():
         end_processes(wait=True)
 
 
-def train(cfg, ddp, rank, world, device):
+def train(cfg, model_args, ddp, rank, world, device):
     """The run: setup, the loop, the summary (nanoGPT's train.py, top to bottom)."""
     master = rank == 0
+    T = model_args.get("block_size", GPTConfig.block_size)  # the length this run trains at
     dtype = pick_dtype(cfg.dtype, device)
     ctx = autocast(device, dtype)
     scaler = grad_scaler(dtype)  # float16 only; otherwise its calls do nothing
@@ -134,17 +116,18 @@ def train(cfg, ddp, rank, world, device):
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
 
     # --- model, data, optimizer: fresh, resumed (--resume) or from another checkpoint (--init_from)
-    model, ds, ckpt = make_model(cfg, ckpt_path, world)
+    model, ds, ckpt = make_model(cfg, model_args, ckpt_path, world)
     model.to(device)
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                            (cfg.beta1, cfg.beta2), device.split(":")[0])
     iter_num, best_val, log_rows = resume_state(ckpt, optimizer, scaler)  # 0, inf, [] when fresh
     raw_model, model, ckpt = model, wrap(model, cfg, ddp, device), None  # ckpt freed
-    passkey, n_passkey = passkey_rows(cfg, ds)  # (None, 0) unless --passkey_frac > 0
-    tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * cfg.block_size
-    val_windows = ds.windows(cfg.block_size, cfg.val_windows, seed=VAL_SEED, subset="search")
+    passkey, n_passkey = passkey_rows(cfg, ds, T)  # (None, 0) unless --passkey_frac > 0
+    tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * T
+    val_windows = ds.windows(T, cfg.val_windows, seed=VAL_SEED, subset="search")
     if master:
-        describe(cfg, raw_model, ds, tokens_per_iter, n_passkey, device, dtype, world, iter_num)
+        describe(cfg, raw_model, ds, T, tokens_per_iter, n_passkey, device, dtype, world,
+                 iter_num)
 
     # --- the loop ---------------------------------------------------------------------
     g = torch.Generator()
@@ -161,7 +144,7 @@ def train(cfg, ddp, rank, world, device):
         for micro in range(cfg.gradient_accumulation_steps):
             # batches depend only on (seed, rank, step, micro-step): resumed runs see the same data
             g.manual_seed(cfg.seed * 1_000_003 + rank * 7_919 + iter_num * 101 + micro)
-            x, y = ds.get_batch("train", cfg.batch_size, cfg.block_size, g, device)  # (B, T) each
+            x, y = ds.get_batch("train", cfg.batch_size, T, g, device)  # (B, T) each
             if ddp:  # sync gradients only on the last micro-step
                 model.require_backward_grad_sync = micro == cfg.gradient_accumulation_steps - 1
             with ctx:
@@ -187,7 +170,8 @@ def train(cfg, ddp, rank, world, device):
             val = validate(raw_model, val_windows, ctx, ddp, device, master, iter_num)
             if master:  # rank 0 logs and saves
                 wall = time.time() - t_start + elapsed_before
-                best_val = log_and_save(cfg, ds, world, raw_model, optimizer, scaler, log_rows,
+                best_val = log_and_save(cfg, model_args, ds, world, raw_model, optimizer, scaler,
+                                        log_rows,
                                         best_val, [iter_num, train_loss, val, lr, grad_norm, wall])
                 print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), "
                       f"saved {ckpt_path}", flush=True)
@@ -197,11 +181,12 @@ def train(cfg, ddp, rank, world, device):
         val = validate(raw_model, val_windows, ctx, ddp, device, master, iter_num)
         if master:
             wall = time.time() - t_start + elapsed_before
-            best_val = log_and_save(cfg, ds, world, raw_model, optimizer, scaler, log_rows,
+            best_val = log_and_save(cfg, model_args, ds, world, raw_model, optimizer, scaler,
+                                        log_rows,
                                     best_val, [iter_num, train_loss, val, lr, grad_norm, wall])
             print(f"step 0: val loss {val:.4f}, saved {ckpt_path} (no training step)", flush=True)
     if master:
-        write_summary(cfg, raw_model, ds, log_rows, iter_num, best_val, tokens_per_iter,
+        write_summary(cfg, raw_model, ds, T, log_rows, iter_num, best_val, tokens_per_iter,
                       val_windows, time.time() - t_start + elapsed_before, device, dtype, world)
 
 
@@ -231,7 +216,7 @@ def validate(model, windows, ctx, ddp, device, master, iter_num):
     return val
 
 
-def log_and_save(cfg, ds, world, model, optimizer, scaler, log_rows, best_val, row):
+def log_and_save(cfg, model_args, ds, world, model, optimizer, scaler, log_rows, best_val, row):
     """Rank 0, after an evaluation: `row` (LOG_HEADER's values, not yet rounded) joins the log,
     then best.pt (when the validation loss improved), ckpt.pt (the last, with the optimizer
     state, for --resume) and train_log.csv are written. Returns the best validation loss."""
@@ -239,7 +224,7 @@ def log_and_save(cfg, ds, world, model, optimizer, scaler, log_rows, best_val, r
     log_rows.append([iter_num, round(train_loss, 5), round(val, 5), lr, round(grad_norm, 4),
                      round(wall, 1)])
     improved, best_val = val < best_val, min(best_val, val)
-    record = run_record(cfg, ds, world, iter_num, best_val, log_rows)
+    record = run_record(cfg, model_args, ds, world, iter_num, best_val, log_rows)
     if improved:
         save_checkpoint(os.path.join(cfg.out_dir, "best.pt"), model, **record)
     save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), model, **record,
@@ -249,10 +234,12 @@ def log_and_save(cfg, ds, world, model, optimizer, scaler, log_rows, best_val, r
     return best_val
 
 
-def run_record(cfg, ds, world, iter_num, best_val, log_rows):
+def run_record(cfg, model_args, ds, world, iter_num, best_val, log_rows):
     """What a checkpoint carries beside the weights: every setting (so --resume and the other
-    scripts need nothing else), the step, the data's name and hash, the processes, the log."""
-    return {"iter_num": iter_num, "best_val_loss": best_val, "config": config_dict(cfg),
+    scripts need nothing else; the model's as given, the model itself in model_args), the step,
+    the data's name and hash, the processes, the log."""
+    return {"iter_num": iter_num, "best_val_loss": best_val,
+            "config": config_dict(cfg) | {"model": model_args},
             "processes": world, "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")},
             "log": [dict(zip(LOG_HEADER, r)) for r in log_rows]}
 
@@ -278,12 +265,14 @@ def wrap(model, cfg, ddp, device):
     return model
 
 
-def describe(cfg, model, ds, tokens_per_iter, n_passkey, device, dtype, world, iter_num):
+def describe(cfg, model, ds, T, tokens_per_iter, n_passkey, device, dtype, world, iter_num):
     """The run's first lines: what is trained, where, and how many times it reads the text."""
     os.makedirs(cfg.out_dir, exist_ok=True)
     source = f" from {cfg.init_from}" if cfg.init_from else ""
-    print(f"{cfg.pos_encoding} GPT: {model.get_num_params() / 1e6:.2f}M parameters, trained at "
-          f"length {cfg.block_size}{source}, {'with' if cfg.bos else 'without'} the start token, "
+    c = model.config
+    print(f"{c.pos_encoding}{'+' + c.family if c.family else ''} GPT: "
+          f"{model.get_num_params() / 1e6:.2f}M parameters, trained at "
+          f"length {T}{source}, {'with' if c.bos else 'without'} the start token, "
           f"{tokens_per_iter:,} tokens/step, device {device} {dtype}, "
           f"{world} process(es)" + (f", resuming at step {iter_num}" if iter_num else ""))
     text_share = 1 - n_passkey / cfg.batch_size  # passkey rows are made up, not read from the split
@@ -303,15 +292,15 @@ def warn_if_memorising(log_rows):
               "more text", flush=True)
 
 
-def write_summary(cfg, model, ds, log_rows, iter_num, best_val, tokens_per_iter, val_windows, wall,
-                  device, dtype, world):
+def write_summary(cfg, model, ds, T, log_rows, iter_num, best_val, tokens_per_iter, val_windows,
+                  wall, device, dtype, world):
     """summary.json (when the last step was evaluated) and the closing line."""
     if log_rows and log_rows[-1][0] == iter_num:
         write_json(os.path.join(cfg.out_dir, "summary.json"), {
             # train_len: the model's L, as in results.json; seq_len: the rows of this run (longer
             # than L when fine-tuning at another length with --init_from)
-            "pos_encoding": cfg.pos_encoding, "dataset": cfg.dataset,
-            "train_len": model.config.block_size, "seq_len": cfg.block_size, "bos": cfg.bos,
+            "pos_encoding": model.config.pos_encoding, "dataset": cfg.dataset,
+            "train_len": model.config.block_size, "seq_len": T, "bos": model.config.bos,
             "init_from": cfg.init_from, "params": model.get_num_params(), "steps": iter_num,
             "tokens": iter_num * tokens_per_iter, "final_val_loss": log_rows[-1][2],
             "best_val_loss": best_val,
@@ -370,15 +359,15 @@ def finite_everywhere(value, ddp, device):
     return bool(ok.item())
 
 
-def passkey_rows(cfg, ds):
+def passkey_rows(cfg, ds, T):
     """The passkey stage (--passkey_frac, reproduce.py --passkey=true): the examples' generator
     and how many rows of every batch are passkey examples. (None, 0) for a plain run."""
     n = int(round(cfg.passkey_frac * cfg.batch_size))
     if n == 0:
         return None, 0
     passkey = ds.passkey()
-    if passkey.shortest() > cfg.block_size + 1:  # a row holds block_size + 1 tokens (x and y)
-        raise UserError(f"block_size {cfg.block_size} is too short for passkey examples (one "
+    if passkey.shortest() > T + 1:  # a row holds block_size + 1 tokens (x and y)
+        raise UserError(f"block_size {T} is too short for passkey examples (one "
                         f"takes {passkey.shortest()} tokens: --block_size={passkey.shortest() - 1} "
                         "or more)")
     return passkey, n
@@ -398,12 +387,12 @@ def passkey_loss(model, x, y, passkey, n, g):
     return loss + tok[n:].mean() if n < B else loss
 
 
-# --init_from takes the checkpoint's shape and position settings. A position setting given on the
-# command line wins (DroPE: --pos_encoding=nope on a RoPE checkpoint recalibrates it without
-# RoPE); a shape given there that differs is refused (the weights would not fit it).
-SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "bias", "ssmax"]  # ssmax: its s
-POSITION_KEYS = ["pos_encoding", "rope_base", "nope_every", "rope_window", "nope_temp",
-                 "nope_temp_floor"]
+# --init_from takes the checkpoint's model. A setting of the model given on the command line wins
+# (DroPE: --pos_encoding=nope on a RoPE checkpoint recalibrates it without RoPE; --family with its
+# settings stretches RoPE or adds Llama 4's temperature); a shape given there that differs is
+# refused (the weights would not fit it). The length given (block_size) is the run's.
+SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "bias"]
+KEPT_KEYS = SHAPE_KEYS + ["block_size", "vocab_size", "bos"]  # never changed by --init_from
 
 
 def given_keys(argv=None):
@@ -413,29 +402,39 @@ def given_keys(argv=None):
             if a.startswith("--")}
 
 
-def init_overrides(cfg, saved, argv=None):
-    """The position settings to load an --init_from checkpoint with: those given that differ."""
+def init_overrides(cfg, model_args, saved, argv=None):
+    """The model settings to load an --init_from checkpoint with: those given that differ."""
     given = given_keys(argv)
-    clash = [f"{k}={getattr(saved, k)!r} (given {getattr(cfg, k)!r})" for k in SHAPE_KEYS
-             if k in given and getattr(cfg, k) != getattr(saved, k)]
+    clash = [f"{k}={getattr(saved, k)!r} (given {model_args[k]!r})" for k in SHAPE_KEYS
+             if k in given and model_args[k] != getattr(saved, k)]
     if clash:
         raise UserError(f"{cfg.init_from} has {', '.join(clash)}: fine-tuning keeps a "
                         "checkpoint's shape; drop those settings or train a new model")
-    changed = {k: getattr(cfg, k) for k in POSITION_KEYS
-               if k in given and getattr(cfg, k) != getattr(saved, k)}
+    changed = {k: v for k, v in model_args.items() if k in given and k not in KEPT_KEYS
+               and v != getattr(saved, k, None)}
     if changed:
         print(f"--init_from with {', '.join(f'{k}={v!r}' for k, v in changed.items())} "
-              f"(the checkpoint: {', '.join(f'{k}={getattr(saved, k)!r}' for k in changed)})")
+              f"(the checkpoint: {', '.join(f'{k}={getattr(saved, k, None)!r}' for k in changed)})")
     return changed
 
 
-def check(cfg):
-    for k in ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "max_iters",
-              "gradient_accumulation_steps", "eval_interval", "val_windows", "log_interval"):
+def check(cfg, model_args):
+    for k in ("batch_size", "max_iters", "gradient_accumulation_steps", "eval_interval",
+              "val_windows", "log_interval"):
         if getattr(cfg, k) <= 0 and not (k == "max_iters" and cfg.max_iters == 0 and cfg.init_from):
             raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}"
                             + (" (0 only with --init_from: the checkpoint converted, not trained)"
                                if k == "max_iters" else ""))
+    for k in ("n_layer", "n_head", "n_embd", "block_size"):
+        if model_args.get(k, 1) <= 0:
+            raise UserError(f"--{k} must be > 0, got {model_args[k]}")
+    if "vocab_size" in model_args:
+        raise UserError("--vocab_size is the dataset's: prepare another dataset to change it")
+    if not cfg.init_from:  # the model's own rules (and its family's), before any work
+        try:
+            make_config(**model_args)
+        except ValueError as e:
+            raise UserError(str(e)) from None
     if not 0 <= cfg.passkey_frac <= 1:
         raise UserError(f"--passkey_frac must be between 0 and 1, got {cfg.passkey_frac}")
     if cfg.learning_rate <= 0:
@@ -447,7 +446,7 @@ RESUME_MAY_CHANGE = {"resume", "overwrite", "max_iters", "eval_interval", "log_i
                      "dtype", "compile", "preset"}
 
 
-def check_resume(cfg, saved, path, iter_num, world, saved_world):
+def check_resume(cfg, model_args, saved, path, iter_num, world, saved_world):
     """--resume continues the same run: every setting that decides what is trained must be the
     checkpoint's. How it runs (device, precision, compile, intervals) may change, and max_iters
     may grow (the usual reason to resume): with lr_decay_iters=0 the cosine then ends at the new
@@ -456,6 +455,9 @@ def check_resume(cfg, saved, path, iter_num, world, saved_world):
     differ = [f"{k}={saved.get(k)!r} (now {getattr(cfg, k)!r})"
               for k in TrainConfig.__dataclass_fields__
               if k not in RESUME_MAY_CHANGE and saved.get(k) != getattr(cfg, k)]
+    old = saved.get("model", {})
+    differ += [f"{k}={old.get(k)!r} (now {model_args.get(k)!r})"
+               for k in sorted(set(old) | set(model_args)) if old.get(k) != model_args.get(k)]
     if world != saved_world:  # each process reads its own batches: the processes decide the data
         differ.append(f"{saved_world} process(es) (now {world})")
     if differ:
@@ -469,34 +471,30 @@ def check_resume(cfg, saved, path, iter_num, world, saved_world):
               + (": the cosine now ends at the new max_iters" if not cfg.lr_decay_iters else ""))
 
 
-def make_model(cfg, ckpt_path, world):
+def make_model(cfg, model_args, ckpt_path, world):
     """The model (on the CPU) and its data: fresh; resumed from ckpt_path (--resume, with the
     checkpoint, whose optimizer state main() loads); or initialised from another checkpoint
-    (--init_from: its weights, shape and position settings, a fresh optimizer).
+    (--init_from: its weights, shape and settings, a fresh optimizer).
     Returns (model, dataset, the resumed checkpoint or None)."""
-    # cfg.block_size is the length we train on. Fine-tuning (--init_from) takes the model's shape
-    # from that checkpoint, and keeps its L (config.block_size: what results count lengths in).
-    if cfg.init_from:
-        load = dict(dropout=cfg.dropout, rope_scaling=cfg.rope_scaling, rope_factor=cfg.rope_factor)
+    bos = model_args.get("bos", GPTConfig.bos)
+    if cfg.init_from:  # the model's shape and L from that checkpoint, the text in its mode
+        load = {"dropout": model_args.get("dropout", GPTConfig.dropout)}
         init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", **load)
-        changed = init_overrides(cfg, init_model.config)
+        changed = init_overrides(cfg, model_args, init_model.config)
         if changed:  # the same weights in the model asked for (DroPE: RoPE removed)
             init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", **load, **changed)
-        if cfg.bos != init_model.config.bos:  # a model keeps the start-token mode it was trained in
+        if bos != init_model.config.bos:  # a model keeps the start-token mode it was trained in
             raise UserError(f"{cfg.init_from} was trained "
                             f"{'with' if init_model.config.bos else 'without'} the start token; "
                             f"pass --bos={str(init_model.config.bos).lower()} to fine-tune it")
-        # the same data, in the same start-token mode
         ds = Dataset.for_model(init_model.config, init_ckpt, cfg.dataset)
-        for k in SHAPE_KEYS + POSITION_KEYS:  # what the run records: the model as it is fine-tuned
-            setattr(cfg, k, getattr(init_model.config, k))
     else:
-        ds = Dataset(cfg.dataset, bos=cfg.bos)
+        ds = Dataset(cfg.dataset, bos=bos)
     if cfg.resume:
         if not os.path.exists(ckpt_path):
             raise UserError(f"--resume but {ckpt_path} does not exist; start without --resume")
         model, ckpt = load_checkpoint(ckpt_path, "cpu")
-        check_resume(cfg, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"], world,
+        check_resume(cfg, model_args, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"], world,
                      ckpt.get("processes", 1))
         Dataset.for_model(model.config, ckpt, cfg.dataset)  # the same text as before it stopped
         return model, ds, ckpt
@@ -505,8 +503,7 @@ def make_model(cfg, ckpt_path, world):
                         "replace it, or another --out_dir")
     if cfg.init_from:
         return init_model, ds, None
-    model = GPT(GPTConfig(**{k: getattr(cfg, k) for k in MODEL_KEYS}, vocab_size=ds.vocab_size))
-    return model, ds, None
+    return GPT(make_config(**model_args, vocab_size=ds.vocab_size)), ds, None
 
 
 def start_processes(cfg):

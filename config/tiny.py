@@ -5,6 +5,8 @@ train = dict(
     max_iters=20, warmup_iters=2, eval_interval=10, val_windows=16, log_interval=5,
 )
 
-search_scales = dict(windows=4, lam_step=0.25, steps=10, log_interval=5, factors=[1, 2, 4])
+search_scales = dict(windows=4, lam_step=0.25, steps=10, log_interval=5)
+
+rope_grid = dict(windows=4, factors=[1, 2, 4])
 
 evaluate = dict(windows=4, sample_tokens=20)

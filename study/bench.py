@@ -31,11 +31,11 @@ import torch
 if not __package__:  # run as a script, not imported: the repository's modules first
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluate import length_list, measure
+from common import (UserError, autocast, grad_scaler, length_list, load_preset, parse_config,
+                    pick_device, pick_dtype, run_main, write_json)
+from evaluate import measure
 from model import GPT, GPTConfig
 from search_scales import SearchConfig
-from common import (UserError, autocast, grad_scaler, load_preset, parse_config, pick_device,
-                       pick_dtype, run_main, write_json)
 
 
 @dataclass

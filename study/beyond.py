@@ -24,8 +24,8 @@ import numpy as np
 if not __package__:  # run as a script, not imported: the repository's modules first
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluate import excess, length_name
-from common import UserError, atomic_write_text, parse_config, read_json, run_main
+from common import UserError, atomic_write_text, length_name, parse_config, read_json, run_main
+from evaluate import excess
 
 LOSS_ROWS = ("nope", "rope", "rope_yarn_ft_4L", "nope_headscale_4L", "alibi", "alibi_uniform_4L",
              "nope_ssmax", "nope_ssmax_uniform_4L", "nope_ssmax_headscale_4L")

@@ -45,8 +45,8 @@ import numpy as np
 if not __package__:  # run as a script, not imported: the repository's modules first
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evaluate import excess, length_name
-from common import UserError, parse_config, read_json, run_main, write_json
+from common import UserError, length_name, parse_config, read_json, run_main, write_json
+from evaluate import excess
 
 DELTA = 0.1          # nats above the in-distribution loss that count as "degraded"
 ENTROPY_DELTA = 0.1  # bits above the in-distribution entropy trend

@@ -23,10 +23,10 @@ import numpy as np
 if not __package__:  # run as a script, not imported: the repository's modules first
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import UserError, length_name, parse_config, run_main  # noqa: E402
 from data import Dataset  # noqa: E402
-from evaluate import EvalConfig, length_name  # noqa: E402
+from evaluate import EvalConfig
 from search_scales import SearchConfig  # noqa: E402
-from common import UserError, parse_config, run_main  # noqa: E402
 from train import VAL_SEED, TrainConfig  # noqa: E402
 
 

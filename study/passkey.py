@@ -26,12 +26,12 @@ import torch
 if not __package__:  # run as a script, not imported: the repository's modules first
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import (UserError, atomic_write_text, autocast, length_list, length_name, parse_ckpts,
+                    parse_config, pick_device, pick_dtype, read_json, run_main, write_csv,
+                    write_json)
 from data import Dataset
-from evaluate import length_list, length_name
 from model import load_checkpoint
 from study import plot
-from common import (UserError, atomic_write_text, autocast, parse_ckpts, parse_config,
-                       pick_device, pick_dtype, read_json, run_main, write_csv, write_json)
 
 
 @dataclass

@@ -29,8 +29,8 @@ if not __package__:  # run as a script, not imported: the repository's modules f
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # the one definition of a row's reference and excess
-from evaluate import excess, length_name, reference_of
-from common import UserError, parse_config, read_json, run_main
+from common import UserError, length_name, parse_config, read_json, run_main
+from evaluate import excess, reference_of
 from study.findings import entropy_trend  # criterion (3)'s trend, drawn as findings.py fits it
 
 # Okabe & Ito (2008): distinguishable with every common colour-vision deficiency

@@ -27,12 +27,12 @@ import tempfile
 import time
 import traceback
 
-from evaluate import PROTOCOL
 from common import ROOT, UserError, format_seconds, load_preset, read_json, write_json
+from evaluate import PROTOCOL
 
 # the preset section each script reads (config/NAME.py)
 SECTIONS = {"train.py": "train", "search_scales.py": "search_scales", "evaluate.py": "evaluate",
-            "study/passkey.py": "passkey"}
+            "study/passkey.py": "passkey", "study/rope_grid.py": "rope_grid"}
 
 
 def project_sources(script):

@@ -1,5 +1,5 @@
-"""ALiBi and Scalable-Softmax (model.py, "Beyond the paper"), each against a reference written
-independently of model.py: numpy, loops, and the papers' own formulas."""
+"""ALiBi and Scalable-Softmax (families.py), each against a reference written independently of
+the code: numpy, loops, and the papers' own formulas."""
 
 import math
 
@@ -7,21 +7,24 @@ import numpy as np
 import pytest
 import torch
 
+import families
 import model as model_module
-from model import (GPT, GPTConfig, alibi_attention, alibi_bias, alibi_slopes, load_checkpoint,
-                   save_checkpoint, ssmax_scale)
+from families import alibi_attention, alibi_bias, alibi_slopes, ssmax_scale
+from model import GPT, GPTConfig, load_checkpoint, make_config, save_checkpoint
 
 V = 17
 
 
 def make(pos="alibi", ssmax=False, seed=0, n_layer=2, n_head=4, bos=True):
+    """ALiBi (pos="alibi"), or NoPE or RoPE with Scalable-Softmax (ssmax=True)."""
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(block_size=8, vocab_size=V, n_layer=n_layer, n_head=n_head, n_embd=32,
-                          pos_encoding=pos, ssmax=ssmax, bos=bos)).eval()
+    family = "ssmax" if ssmax else "alibi" if pos == "alibi" else ""
+    model = GPT(make_config(block_size=8, vocab_size=V, n_layer=n_layer, n_head=n_head, n_embd=32,
+                            pos_encoding=pos, family=family, bos=bos)).eval()
     with torch.no_grad():  # attention far from uniform, so that a wrong bias shows
         for b in model.transformer.h:
             b.attn.c_attn.weight[: 2 * 32].mul_(10)
-            if b.attn.ssmax is not None:
+            if ssmax:
                 b.attn.ssmax.copy_(torch.linspace(0.2, 0.9, n_head))
     return model
 
@@ -85,8 +88,7 @@ def test_alibi_attention_equals_the_biased_softmax_written_in_numpy(window, sink
         dist = min(i, window - 1) if (window is not None and sink and j == 0) else i - j
         return lam.view(-1)[h].item() * z - m[h] * dist
     y_ref, ent_ref = numpy_attention(q, k, v, score)
-    path = model_module.Explicit(chunk=4) if explicit else None
-    y, ent = alibi_attention(q, k, v, lam, alibi_slopes(nh), window, sink, path)
+    y, ent = alibi_attention(q, k, v, lam, alibi_slopes(nh), window, sink, explicit, 4)
     assert np.allclose(y.double().numpy(), y_ref, atol=1e-5)
     assert (ent is None) == (not explicit)
     if explicit:
@@ -98,10 +100,9 @@ def test_alibi_model_explicit_path_equals_sdpa_and_its_entropy_is_measured():
     with torch.no_grad():
         for window in (None, 6):
             fast, _ = model(idx, idx, window=window)
-            entropy = []
-            slow, _ = model(idx, idx, window=window, explicit=True, entropy=entropy, chunk=7)
+            slow, _, entropy = model(idx, idx, window=window, entropy=True, chunk=7)
             assert torch.allclose(fast, slow, atol=1e-4)
-            assert len(entropy) == 2 and entropy[0].shape == (2, 4, 40)
+            assert entropy.shape == (2, 2, 4, 40)  # (B, n_layer, n_head, T)
 
 
 def test_alibi_window_with_the_start_token_reads_as_the_crop_would():
@@ -122,20 +123,21 @@ def test_alibi_bias_is_built_a_chunk_of_queries_at_a_time(monkeypatch):
     def spy(slopes, T, window=None, sink=False, start=0, lo=0):
         seen.append((T - start, T - lo))
         return alibi_bias(slopes, T, window, sink, start, lo)
-    monkeypatch.setattr(model_module, "alibi_bias", spy)
+    monkeypatch.setattr(families, "alibi_bias", spy)
     q = k = v = torch.zeros(1, 2, 2500, 2)
     y, _ = alibi_attention(q, k, v, torch.ones(1, 2, 1, 1), alibi_slopes(2))
     assert y.shape == q.shape and max(rows for rows, _ in seen) <= 1024 and len(seen) == 3
 
 
 def test_alibi_has_no_position_parameters_and_its_slopes_are_not_saved(tmp_path):
-    model = make(ssmax=True)
-    assert not any("alibi" in k for k in model.state_dict())
-    save_checkpoint(tmp_path / "a.pt", model)
-    again, _ = load_checkpoint(tmp_path / "a.pt")
     idx = tokens()
-    with torch.no_grad():
-        assert torch.equal(model(idx, idx)[0], again.eval()(idx, idx)[0])
+    for model in (make(), make("nope", ssmax=True)):  # ALiBi; SSMax's s saved
+        assert not any("alibi" in k for k in model.state_dict())
+        save_checkpoint(tmp_path / "a.pt", model)
+        again, _ = load_checkpoint(tmp_path / "a.pt")
+        assert type(again.transformer.h[1].attn) is type(model.transformer.h[1].attn)
+        with torch.no_grad():
+            assert torch.equal(model(idx, idx)[0], again.eval()(idx, idx)[0])
     assert torch.equal(again.transformer.h[1].attn.ssmax, model.transformer.h[1].attn.ssmax)
 
 
@@ -148,7 +150,7 @@ def test_ssmax_scale_is_s_ln_n_with_n_the_keys_seen():
     assert torch.allclose(ssmax_scale(s, 10)[0, 1, :, 0], 2 * torch.log(torch.arange(1., 11)))
 
 
-@pytest.mark.parametrize("pos", ["nope", "rope", "alibi"])
+@pytest.mark.parametrize("pos", ["nope", "rope"])
 def test_ssmax_attention_is_the_papers_power_form(pos):
     # Nakanishi's SSMax: a_ij = n^(s z_ij) / sum_j n^(s z_ij), n = i + 1 keys (0-based i);
     # one layer, so the attention module sees the embeddings; lam = 1.2 composes as lam s ln n
@@ -160,17 +162,15 @@ def test_ssmax_attention_is_the_papers_power_form(pos):
         x = block.ln_1(model.transformer.wte(idx))
         B, T, C = x.shape
         q, k, v = (t.view(B, T, 4, 8).transpose(1, 2) for t in attn.c_attn(x).split(C, 2))
-        rope = None
         if pos == "rope":
-            rope = model_module.rope_cos_sin(model.config, T, x.device)
+            rope = model_module.rope_cos_sin(8, T, x.device)
             q, k = model_module.apply_rope(q, *rope), model_module.apply_rope(k, *rope)
-        s, m = attn.ssmax.double().numpy(), alibi_slopes(4).double().numpy()
+        s = attn.ssmax.double().numpy()
 
-        def score(h, i, j, z):  # ln of n^(lam s z), plus ALiBi's bias where it applies
-            return (math.log(i + 1) * 1.2 * s[h] * z
-                    - (m[h] * (i - j) if pos == "alibi" else 0.0))
+        def score(h, i, j, z):  # ln of n^(lam s z)
+            return math.log(i + 1) * 1.2 * s[h] * z
         y_ref, _ = numpy_attention(q, k, v, score)
-        out = attn(x, rope=rope)
+        out, _ = attn(x)
         ref = attn.c_proj(torch.tensor(y_ref, dtype=torch.float32).transpose(1, 2).reshape(B, T, C))
     assert torch.allclose(out, ref, atol=1e-4)
 
@@ -193,12 +193,13 @@ def test_ssmax_s_is_learned_without_weight_decay_and_frozen_in_a_headscale_fit()
 
 
 def test_alibi_and_ssmax_in_bfloat16_keep_lambda_and_the_bias_close():
-    model, idx = make(ssmax=True), tokens()
-    with torch.no_grad():
-        ref, _ = model(idx, idx)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            low, _ = model(idx, idx)
-    assert (low.float() - ref).abs().max() < 0.15 * ref.abs().max()
+    idx = tokens()
+    for model in (make(), make("nope", ssmax=True)):
+        with torch.no_grad():
+            ref, _ = model(idx, idx)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                low, _ = model(idx, idx)
+        assert (low.float() - ref).abs().max() < 0.15 * ref.abs().max()
 
 
 @pytest.mark.parametrize("pos,ssmax", [("alibi", False), ("nope", True)])
@@ -211,7 +212,10 @@ def test_runs_at_16x_training_length(pos, ssmax):
 
 
 def test_bad_settings_say_what_to_set():
-    with pytest.raises(ValueError, match="pos_encoding must be one of"):
-        GPTConfig(pos_encoding="alibi2")
-    with pytest.raises(ValueError, match="set pos_encoding=rope"):
-        GPTConfig(pos_encoding="alibi", nope_every=2)
+    with pytest.raises(ValueError, match="pos_encoding must be nope or rope"):
+        GPTConfig(pos_encoding="alibi")
+    with pytest.raises(ValueError, match="nope_every is not a setting of the alibi family: it is "
+                       r"the hybrid family's \(family=hybrid\)"):
+        make_config(family="alibi", pos_encoding="alibi", nope_every=2)
+    with pytest.raises(ValueError, match="unknown family 'alibi2'"):
+        make_config(family="alibi2")

@@ -264,16 +264,16 @@ def test_for_model_checks_vocabulary_hash_and_mode(tiny_dataset):
     ds = Dataset(str(tiny_dataset))
     ok = {"dataset": {"name": str(tiny_dataset), "sha256": ds.meta["sha256"]}}
     assert Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size, bos=True), ok).bos
-    assert not Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size), ok).bos  # an old model: no token
+    assert not Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size, bos=False), ok).bos  # no token
     with pytest.raises(UserError, match="token ids, the checkpoint"):
-        Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size + 3), ok)
+        Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size + 3, bos=False), ok)
     with pytest.raises(UserError, match="token ids, the checkpoint"):
         Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size - 1, bos=True), ok)
     other = {"dataset": {"name": str(tiny_dataset), "sha256": "0" * 64}}
     with pytest.raises(UserError, match="other text than the checkpoint"):
-        Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size), other)
+        Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size, bos=False), other)
     with pytest.raises(UserError, match="pass --dataset"):
-        Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size), {})
+        Dataset.for_model(GPTConfig(vocab_size=ds.vocab_size, bos=False), {})
 
 
 # -----------------------------------------------------------------------------

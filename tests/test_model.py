@@ -6,18 +6,20 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from model import (GPT, CausalSelfAttention, CheckpointError, Explicit, GPTConfig, apply_rope, load_checkpoint,
-                   rope_cos_sin, save_checkpoint, window_mask, written_out_attention)
+from families import RopeScaled, scaled_rope_cos_sin
+from model import (GPT, CausalSelfAttention, CheckpointError, GPTConfig, apply_rope, load_checkpoint,
+                   make_config, rope_cos_sin, save_checkpoint, window_mask, written_out_attention)
 
 V = 17
 
 
 def make(pos="nope", seed=0, sharpen=True, **kw):
-    """A tiny GPT. sharpen=True scales q,k weights up so attention is far from uniform
-    (at GPT-2 init it is almost uniform, which would make several tests pass trivially)."""
+    """A tiny GPT, without the start token unless bos=True. sharpen=True scales q,k weights up so
+    attention is far from uniform (at GPT-2 init it is almost uniform, which would make several
+    tests pass trivially)."""
     torch.manual_seed(seed)
-    cfg = GPTConfig(**{"block_size": 8, "vocab_size": V, "n_layer": 2, "n_head": 4, "n_embd": 32,
-                       "pos_encoding": pos, **kw})
+    cfg = make_config(**{"block_size": 8, "vocab_size": V, "n_layer": 2, "n_head": 4, "n_embd": 32,
+                         "pos_encoding": pos, "bos": False, **kw})
     model = GPT(cfg).eval()
     if sharpen:
         with torch.no_grad():
@@ -56,8 +58,8 @@ def test_no_future_leak(pos, explicit):
     changed = idx.clone()
     changed[:, t:] = (changed[:, t:] + 1) % V
     with torch.no_grad():
-        a, _ = model(idx, idx, explicit=explicit)
-        b, _ = model(changed, changed, explicit=explicit)
+        a = model(idx, idx, entropy=explicit)[0]
+        b = model(changed, changed, entropy=explicit)[0]
     assert torch.allclose(a[:, :t], b[:, :t], atol=1e-5)
     assert not torch.allclose(a[:, t:], b[:, t:], atol=1e-3)  # the perturbation does reach later positions
 
@@ -82,8 +84,8 @@ def test_head_scale_ones_equals_plain_attention(window):
     x = torch.randn(2, 20, 32)
     with torch.no_grad():
         ref = reference_attention(attn, x, window=window)
-        assert torch.allclose(attn(x, window=window), ref, atol=1e-5)
-        assert torch.allclose(attn(x, window=window, explicit=Explicit()), ref, atol=1e-5)
+        assert torch.allclose(attn(x, window=window)[0], ref, atol=1e-5)
+        assert torch.allclose(attn(x, window=window, entropy=True)[0], ref, atol=1e-5)
 
 
 def test_random_per_head_scales_match_reference():
@@ -93,7 +95,7 @@ def test_random_per_head_scales_match_reference():
     attn.head_scale = lam.clone()
     x = torch.randn(2, 20, 32)
     with torch.no_grad():
-        assert torch.allclose(attn(x), reference_attention(attn, x, lam), atol=1e-5)
+        assert torch.allclose(attn(x)[0], reference_attention(attn, x, lam), atol=1e-5)
 
 
 def test_one_head_scale_changes_only_that_head():
@@ -147,7 +149,7 @@ def test_runs_at_16x_training_length(pos):
     idx = tokens(B=1, T=16 * L)
     with torch.no_grad():
         a, la = model(idx, idx)
-        b, lb = model(idx, idx, explicit=True, chunk=32)
+        b, lb, _ = model(idx, idx, entropy=True, chunk=32)
     assert a.shape == (1, 16 * L, V) and torch.isfinite(la)
     assert torch.allclose(la, lb, atol=1e-5)
 
@@ -204,8 +206,7 @@ def test_overfits_one_batch():
 # --- RoPE and its extension variants --------------------------------------------------
 
 def test_rope_dot_products_depend_only_on_relative_position():
-    cfg = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope")
-    cos, sin = rope_cos_sin(cfg, 40, "cpu")
+    cos, sin = rope_cos_sin(16, 40, "cpu")
     q, k = torch.randn(16), torch.randn(16)
 
     def dot(m, n):
@@ -216,31 +217,28 @@ def test_rope_dot_products_depend_only_on_relative_position():
 
 @pytest.mark.parametrize("scaling", ["pi", "ntk", "yarn"])
 def test_rope_variants_with_factor_one_equal_plain_rope(scaling):
-    plain = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope")
-    variant = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope", rope_scaling=scaling, rope_factor=1.0)
-    for a, b in zip(rope_cos_sin(plain, 50, "cpu"), rope_cos_sin(variant, 50, "cpu")):
+    variant = RopeScaled.Config(n_embd=32, n_head=2, rope_scaling=scaling, rope_factor=1.0)
+    for a, b in zip(rope_cos_sin(16, 50, "cpu"), scaled_rope_cos_sin(variant, 50, "cpu")):
         assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_position_interpolation_at_s_times_p_equals_plain_at_p():
     s = 4.0
-    plain = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope")
-    pi = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope", rope_scaling="pi", rope_factor=s)
-    cp, sp = rope_cos_sin(plain, 20, "cpu")
-    ci, si = rope_cos_sin(pi, 80, "cpu")
+    pi = RopeScaled.Config(n_embd=32, n_head=2, rope_scaling="pi", rope_factor=s)
+    cp, sp = rope_cos_sin(16, 20, "cpu")
+    ci, si = scaled_rope_cos_sin(pi, 80, "cpu")
     assert torch.allclose(ci[::4], cp, atol=1e-5) and torch.allclose(si[::4], sp, atol=1e-5)
 
 
 def test_yarn_temperature_and_frequencies():
     s, L = 8.0, 128
-    cfg = GPTConfig(n_embd=64, n_head=2, block_size=L, pos_encoding="rope", rope_scaling="yarn", rope_factor=s)
-    cos, sin = rope_cos_sin(cfg, 3, "cpu")
+    cfg = RopeScaled.Config(n_embd=64, n_head=2, block_size=L, rope_scaling="yarn", rope_factor=s)
+    cos, sin = scaled_rope_cos_sin(cfg, 3, "cpu")
     # position 0: no rotation, so cos = (0.1 ln s + 1) on every dimension (logits get its square)
     assert torch.allclose(cos[0], torch.full((32,), 0.1 * math.log(s) + 1.0), atol=1e-6)
     # position 1 turns each pair by its frequency: dimensions with fewer than alpha = 1 rotation
     # in L are interpolated like PI (theta / s), every one follows the NTK-by-parts blend
-    plain = GPTConfig(n_embd=64, n_head=2, block_size=L, pos_encoding="rope")
-    pc, ps = rope_cos_sin(plain, 3, "cpu")
+    pc, ps = rope_cos_sin(32, 3, "cpu")
     angle_plain = torch.atan2(ps[1], pc[1])
     angle_yarn = torch.atan2(sin[1], cos[1])
     theta = 10000.0 ** (-torch.arange(0, 32) * 2 / 32)
@@ -254,9 +252,9 @@ def test_yarn_temperature_and_frequencies():
 
 def test_ntk_enlarges_the_base():
     s, hs = 4.0, 16
-    ntk = GPTConfig(n_embd=32, n_head=2, pos_encoding="rope", rope_scaling="ntk", rope_factor=s)
+    ntk = RopeScaled.Config(n_embd=32, n_head=2, rope_scaling="ntk", rope_factor=s)
     base = 10000.0 * s ** (hs / (hs - 2))
-    cos, sin = rope_cos_sin(ntk, 2, "cpu")
+    cos, sin = scaled_rope_cos_sin(ntk, 2, "cpu")
     theta = base ** (-torch.arange(0, hs, 2) / hs)
     assert torch.allclose(torch.atan2(sin[1], cos[1])[: hs // 2], theta, atol=1e-6)
     # the slowest frequency is interpolated by exactly s
@@ -277,7 +275,7 @@ def test_a_sliding_window_keeps_the_start_token_visible():
     with torch.no_grad():
         a, _ = model(idx, idx, window=W)
         b, _ = model(changed, changed, window=W)
-        c, _ = model(idx, idx, window=W, explicit=True, chunk=7)
+        c = model(idx, idx, window=W, entropy=True, chunk=7)[0]
     assert not torch.allclose(a[:, 20:], b[:, 20:], atol=1e-4)  # position 0 still reaches every query
     assert torch.allclose(a, c, atol=1e-5)
     from model import window_mask
@@ -288,15 +286,15 @@ def test_a_sliding_window_keeps_the_start_token_visible():
     assert torch.equal(m, (j <= i) & ((j > i - W + 1) | (j == 0)))
 
 
-def test_checkpoints_from_before_the_start_token_are_one_clear_error(tmp_path):
-    from model import CheckpointError
+def test_checkpoints_from_before_families_are_one_clear_error(tmp_path):
     model = make("nope")
     save_checkpoint(tmp_path / "old.pt", model)
     ckpt = torch.load(tmp_path / "old.pt", weights_only=True)
-    del ckpt["model_args"]["bos"]  # written before the field existed
+    del ckpt["model_args"]["family"]  # written before the field existed
     torch.save(ckpt, tmp_path / "old.pt")
-    with pytest.raises(CheckpointError, match="before the start token existed.*retrain"):
+    with pytest.raises(CheckpointError, match="older nanoNoPE .before families.py.*retrain it") as e:
         load_checkpoint(tmp_path / "old.pt")
+    assert len(str(e.value).splitlines()) == 1
     save_checkpoint(tmp_path / "new.pt", make("nope", bos=True))
     assert load_checkpoint(tmp_path / "new.pt")[0].config.bos is True
 
@@ -357,22 +355,23 @@ def test_generate_with_a_window_keeps_the_start_token(window, monkeypatch):
 # -----------------------------------------------------------------------------
 # Lambda that follows the position: lam_h(i) = head_scale_h * (1 + a_h ln(max(i, L) / L))
 
-def todays_attention(self, x, rope=None, temp=None, window=None, explicit=None):
+def todays_attention(self, x, window=None, entropy=False, chunk=256):
     """CausalSelfAttention.forward as it was before the slopes: one lam per head, folded into q."""
     B, T, C = x.size()
     nh, hs = self.n_head, C // self.n_head
     q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
     q, k, v = (t.view(B, T, nh, hs).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hs)
-    if rope is not None:
+    if self.rotary:
+        rope = rope_cos_sin(hs, T, x.device)
         q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-    lam = self.head_scale.view(1, nh, 1, 1)
-    if explicit is None:
+    lam, ent = self.head_scale.view(1, nh, 1, 1), None
+    if not entropy:
         q = (q.float() * lam).to(q.dtype)
         mask = None if window is None else window_mask(T, window, x.device, self.sink)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=window is None)
     else:
-        y = written_out_attention(q, k, v, lam, window, self.sink, explicit.chunk)[0]
-    return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        y, ent = written_out_attention(q, k, v, lam, window, self.sink, chunk)
+    return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C)), ent
 
 
 @pytest.mark.parametrize("pos", ["nope", "rope"])
@@ -384,9 +383,9 @@ def test_zero_slopes_are_bit_identical_to_todays_model(pos, explicit, window, mo
     assert torch.equal(model.get_head_slopes(), torch.zeros(2, 4))  # off by default
     idx = tokens(T=3 * model.config.block_size)  # past L, where a slope would act
     with torch.no_grad():
-        now = model(idx, idx, window=window, explicit=explicit, chunk=7)[0]
+        now = model(idx, idx, window=window, entropy=explicit, chunk=7)[0]
         monkeypatch.setattr(CausalSelfAttention, "forward", todays_attention)
-        before = model(idx, idx, window=window, explicit=explicit, chunk=7)[0]
+        before = model(idx, idx, window=window, entropy=explicit, chunk=7)[0]
     assert torch.equal(now, before)
 
 
@@ -399,7 +398,7 @@ def test_explicit_path_equals_sdpa_path_with_slopes(pos, window):
     idx = tokens(T=40)
     with torch.no_grad():
         a, la = model(idx, idx, window=window)
-        b, lb = model(idx, idx, window=window, explicit=True, chunk=7)
+        b, lb, _ = model(idx, idx, window=window, entropy=True, chunk=7)
     assert torch.allclose(a, b, atol=1e-4) and torch.allclose(la, lb, atol=1e-5)
 
 
@@ -417,8 +416,7 @@ def test_positions_up_to_L_see_exactly_head_scale():
         x = torch.randn(2, 3 * L, 32)
         a0, b0 = plain.transformer.h[0].attn, sloped.transformer.h[0].attn
         for explicit in (False, True):
-            path = Explicit() if explicit else None
-            ya, yb = a0(x, explicit=path), b0(x, explicit=path)
+            ya, yb = a0(x, entropy=explicit)[0], b0(x, entropy=explicit)[0]
             assert torch.allclose(ya[:, :L], yb[:, :L], atol=1e-6, rtol=0)
             assert not torch.allclose(ya[:, L:], yb[:, L:], atol=1e-3)  # and past L they differ
     # a one-layer model: its first L logits of a longer sequence are unchanged
@@ -444,7 +442,7 @@ def test_qwen_logn_is_the_log_law_with_slope_one_over_ln_L():
     qwen = torch.tensor([max(1.0, math.log(i) / math.log(L)) for i in range(1, T + 1)]).expand(4, T)
     x = torch.randn(1, T, 32)
     with torch.no_grad():
-        assert torch.allclose(attn(x), reference_attention(attn, x, qwen), atol=1e-5)
+        assert torch.allclose(attn(x)[0], reference_attention(attn, x, qwen), atol=1e-5)
 
 
 def test_a_slope_tensor_that_requires_grad_is_kept():
@@ -470,14 +468,14 @@ def test_checkpoints_keep_the_slopes_and_old_ones_are_one_clear_error(tmp_path):
     idx = tokens(T=3 * model.config.block_size)
     with torch.no_grad():
         assert torch.equal(model(idx, idx)[0], loaded(idx, idx)[0])
-    # written before the slopes existed (no head_slope), or while their buffer was called
-    # head_scale_log: refused in one line, never migrated
+    # without the slopes' buffer (no head_slope), or with it called head_scale_log: refused in
+    # one line, never migrated
     new = torch.load(tmp_path / "new.pt", weights_only=True)
     noslope = {k: v for k, v in new["model"].items() if not k.endswith(".head_slope")}
     renamed = {k.replace(".head_slope", ".head_scale_log"): v for k, v in new["model"].items()}
     for name, state in (("noslope", noslope), ("renamed", renamed)):
         torch.save(new | {"model": state}, tmp_path / f"{name}.pt")
-        with pytest.raises(CheckpointError, match="older nanoNoPE.*retrain it with this version") as e:
+        with pytest.raises(CheckpointError, match="does not fit its own config") as e:
             load_checkpoint(tmp_path / f"{name}.pt")
         assert len(str(e.value).splitlines()) == 1
 
@@ -490,7 +488,7 @@ def test_a_model_with_slopes_runs_at_16x_training_length(pos):
     idx = tokens(B=1, T=16 * L)
     with torch.no_grad():
         a, la = model(idx, idx)
-        b, lb = model(idx, idx, explicit=True, chunk=32)
+        b, lb, _ = model(idx, idx, entropy=True, chunk=32)
         plain = make(pos, bos=True)(idx, idx)[1]
     assert a.shape == (1, 16 * L, V) and torch.isfinite(la) and torch.allclose(la, lb, atol=1e-5)
     assert not torch.isclose(la, plain)  # the slopes act past L

@@ -112,7 +112,7 @@ def test_T1_uniform_head_scale_equals_sdpa_scale():
             q, k, v = (t.view(2, 20, 4, hs).transpose(1, 2) for t in (q, k, v))
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=s / math.sqrt(hs))
             ref = attn.c_proj(y.transpose(1, 2).reshape(2, 20, 32))
-            assert torch.allclose(attn(x), ref, atol=1e-5), \
+            assert torch.allclose(attn(x)[0], ref, atol=1e-5), \
                 f"one lambda {s:.3f} for every head is not softmax({s:.3f} q.k / sqrt(d))"
 
 
@@ -129,7 +129,7 @@ def test_T1_the_law_per_position_in_attention(case):
     lam = by_hand(s, a, T, L)  # (nh, T)
     with torch.no_grad():
         ref = reference_attention(attn, x, lam)
-        assert torch.allclose(attn(x), ref, atol=1e-5), "attention with lambda per head and query position"
+        assert torch.allclose(attn(x)[0], ref, atol=1e-5), "attention with lambda per head and query position"
 
 
 # -----------------------------------------------------------------------------
@@ -633,9 +633,8 @@ def fresh_reference(model, x, y, W, bos):
     T, s = x.size(1), max(1, W // 8)
 
     def fresh(xs, ys):
-        ent = []
-        loss = model(xs, ys, explicit=True, entropy=ent, reduction="none")[1]
-        return loss, torch.stack(ent, 1)
+        _, loss, ent = model(xs, ys, entropy=True, reduction="none")
+        return loss, ent
     with torch.no_grad():
         loss, ent = fresh(x[:, :W], y[:, :W])
         losses, ents = [loss], [ent]
@@ -696,9 +695,8 @@ def test_T6_last_L_losses_against_fresh_passes():
             "with entropy=True the entropies (B, n_layer, n_head, T) = (2, 2, 4, 45) come back too"
 
         def fresh(xs, ys):  # (B, W) losses and (B, n_layer, n_head, W) entropies of one fresh pass
-            ent = []
-            loss = model(xs, ys, explicit=True, entropy=ent, reduction="none")[1]
-            return loss, torch.stack(ent, 1)
+            _, loss, ent = model(xs, ys, entropy=True, reduction="none")
+            return loss, ent
         with torch.no_grad():
             loss, ent = fresh(x[:, :W], y[:, :W])
             assert torch.allclose(got[:, :W], loss, atol=1e-5), \

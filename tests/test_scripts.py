@@ -332,8 +332,8 @@ def test_rope_factor_grid_measures_plain_rope_when_its_grid_lacks_factor_1(train
     losses = []
     for factors in ("2,4", "1,2"):
         out = tmp_path / factors.replace(",", "_")
-        run_script("search_scales.py", f"--ckpt={tmp_path / 'rope.pt'}", f"--out_dir={out}", "--grid=false",
-                   "--rope_grid=true", "--lengths=2", f"--factors={factors}", "--windows=2", "--fit_lengths=")
+        run_script("study/rope_grid.py", f"--ckpt={tmp_path / 'rope.pt'}", f"--out_dir={out}", "--lengths=2",
+                   f"--factors={factors}", "--windows=2")
         best = json.loads((out / "rope_factors.json").read_text())["methods"]
         losses.append({m: best[m]["2L"]["loss_at_1"] for m in best})
     assert losses[0] == losses[1] and None not in losses[0].values()

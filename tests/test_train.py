@@ -85,10 +85,13 @@ def test_resume_reproduces_the_uninterrupted_run(tiny_dataset, tmp_path):
 
 
 def test_resume_on_another_number_of_processes_is_refused():
-    cfg = TrainConfig(max_iters=20)
-    check_resume(cfg, config_dict(cfg), "ckpt.pt", 10, world=2, saved_world=2)  # the same run: accepted
+    cfg, model = TrainConfig(max_iters=20), {"n_layer": 2}
+    saved = config_dict(cfg) | {"model": model}
+    check_resume(cfg, model, saved, "ckpt.pt", 10, world=2, saved_world=2)  # the same run: accepted
     with pytest.raises(UserError, match=r"2 process\(es\) \(now 1\)"):  # each process read its own batches
-        check_resume(cfg, config_dict(cfg), "ckpt.pt", 10, world=1, saved_world=2)
+        check_resume(cfg, model, saved, "ckpt.pt", 10, world=1, saved_world=2)
+    with pytest.raises(UserError, match=r"n_layer=2 \(now 3\)"):  # the model's settings too
+        check_resume(cfg, {"n_layer": 3}, saved, "ckpt.pt", 10, world=2, saved_world=2)
 
 
 def test_kill_mid_run_then_resume(tiny_dataset, tmp_path):
@@ -141,16 +144,17 @@ def test_a_loss_not_finite_in_one_process_stops_every_process(tmp_path):
 
 
 def test_ddp_two_cpu_processes(tiny_dataset, tmp_path):
-    # ALiBi with Scalable-Softmax's learned s (NoPE trains under DDP in the test below)
+    # a family past the paper with a parameter of its own: Scalable-Softmax's learned s (NoPE trains
+    # under DDP in the test below)
     out = tmp_path / "ddp"
     proc = run_script("-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "train.py",
                       f"--dataset={tiny_dataset}", f"--out_dir={out}", *TINY_TRAIN, "--max_iters=10",
-                      "--eval_interval=10", "--pos_encoding=alibi", "--ssmax=true", timeout=240)
+                      "--eval_interval=10", "--family=ssmax", timeout=240)
     assert "2 process(es)" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert summary["processes"] == 2 and summary["steps"] == 10 and math.isfinite(summary["final_val_loss"])
     model, _ = load_checkpoint(out / "ckpt.pt")
-    assert model.config.pos_encoding == "alibi" and model.transformer.h[0].attn.ssmax is not None
+    assert model.config.family == "ssmax" and model.transformer.h[0].attn.ssmax.requires_grad
 
 
 def test_a_loss_gone_non_finite_under_ddp_ends_every_process_in_one_line(tiny_dataset, tmp_path):
