@@ -220,7 +220,34 @@ def set_length(model, cfg, n, L):
     return model.config.rope_factor
 
 
-def evaluate_model(name, model, ds, cfg, L, ctx, dtype):
+def facts(model, ckpt, rope_scaling=""):
+    """What a row is, recorded where it is made (plots and findings read these, never a row's
+    name): `model`, the trained model it reads (train.py's model_name: the run's folder, kept by
+    a fine-tune or conversion that keeps the architecture); `remedy`, what was done to it since
+    (search_scales.py's scales: uniform, headscale, layerscale, uniform_fit, headslope, ...,
+    logn, slope_grid; a RoPE extension, zero-shot or fine-tuned: pi_zeroshot, yarn_ft, ...; Llama
+    4's temperature: llama4; None: the model as trained); `variant`, the fit's tag (noclamp,
+    noinit); `fit_length`, the length it was fitted or fine-tuned at (tokens)."""
+    s, c = ckpt.get("scales") or {}, model.config
+    method = s.get("method")
+    remedy = {"head": "headscale", "layer": "layerscale"}.get(method, method)
+    if method == "uniform" and "steps" in s:  # one lambda fitted by gradient, not the grid's
+        remedy = "uniform_fit"
+    if method == "set_slope":
+        remedy = {"logn": "logn", "grid": "slope_grid"}.get(s["value"], "slope")
+    fit_length = s.get("length")
+    if rope_scaling:  # evaluate.py --rope_scaling: the RoPE twin stretched, zero-shot
+        remedy = f"{rope_scaling}_zeroshot"
+    elif c.family == "rope_scaled":  # fine-tuned with its extension, at the run's length
+        remedy = f"{c.rope_scaling}_ft"
+        fit_length = ckpt.get("config", {}).get("model", {}).get("block_size")
+    elif getattr(c, "nope_temp", 0) and not remedy:
+        remedy = "llama4"
+    return {"model": ckpt.get("model_name"), "remedy": remedy,
+            "variant": s.get("tag", "").lstrip("_") or None, "fit_length": fit_length}
+
+
+def evaluate_model(name, model, ckpt, ds, cfg, L, ctx, dtype):
     lengths = length_list(cfg.lengths, L)
     tail = cfg.tail or default_tail(L)
     window = cfg.context or None
@@ -229,7 +256,8 @@ def evaluate_model(name, model, ds, cfg, L, ctx, dtype):
            "lengths": [], "loss": [], "bpb": [], "tail_loss": [], "tokens": [], "tail_tokens": [],
            "windows": [], "scales": scales_of(model), "slopes": slopes_of(model),
            "pos_encoding": model.config.pos_encoding, "arch": arch_of(model.config),
-           "temp": getattr(model.config, "nope_temp", 0) or None, "dtype": dtype}
+           "temp": getattr(model.config, "nope_temp", 0) or None, "dtype": dtype,
+           **facts(model, ckpt, cfg.rope_scaling)}
     factors = []
     for n in lengths:
         t0 = time.time()
@@ -289,28 +317,21 @@ def sample(model, ds, cfg, L, device):
 # Tables, from the saved files alone (study/plot.py draws the figures)
 
 def reference_of(results, name):
-    """The row a method is compared with at each length: a model of the same kind (position
-    encoding and layout, start-token mode) reading only its last L positions (evaluate.py
-    --context=L), at lambda = 1 (no slope, no temperature) and without extension: nope_window_L for
-    the NoPE rows, rope_window_L for the RoPE rows, nope_notoken_window_L for NoPE without the start
-    token. Among several, the one named NAME_window_L with the longest NAME that begins the row's
-    name (drope_headscale_4L: drope_window_L, not nope_window_L). None if there is none."""
+    """The row a method is compared with at each length: the same trained model (the row's
+    "model") reading only its last L positions (evaluate.py --context=L, recomputed), at
+    lambda = 1 (no slope, no temperature), at the row's start-token mode and precision:
+    nope_window_L for every NoPE row, rope_window_L for RoPE and its extensions. None for a
+    context-limited row (a reference itself), or when no such row was measured. evaluate.py
+    writes it into every row as "reference"; this is its one definition."""
     m, L = results["methods"][name], results["train_len"]
-    if m.get("context"):
-        return None  # a context-limited row is a reference itself
-    arch = lambda x: x.get("arch", x.get("pos_encoding"))  # noqa: E731  (files from before hybrids)
-    same_precision = lambda x: (None in (x.get("dtype"), m.get("dtype"))  # noqa: E731
-                                or x.get("dtype") == m.get("dtype"))
+    if m.get("context") or m.get("model") is None:
+        return None
     refs = [r for r, x in results["methods"].items()
             if x.get("context") == L and x.get("context_mode", "recompute") == "recompute"
             and x.get("scales") is None and x.get("slopes") is None and not x.get("temp")
-            and arch(x) == arch(m) and x.get("bos") == m.get("bos") and same_precision(x)]
-
-    def rank(r):
-        stem = r.removesuffix("_window_L")
-        prefix = name == stem or name.startswith(stem + "_")
-        return (not r.endswith("window_L"), not prefix, -len(stem), r)
-    return min(refs, key=rank) if refs else None
+            and x.get("model") == m["model"] and x.get("bos") == m.get("bos")
+            and x.get("dtype") == m.get("dtype")]
+    return min(refs) if refs else None  # one a model; should a file hold two, always the same
 
 
 def excess(results, name, key="loss"):
@@ -327,6 +348,22 @@ def excess(results, name, key="loss"):
     m, ref = results["methods"][name], results["methods"][ref]
     by_ref = dict(zip(ref["lengths"], ref[key]))
     return {n: v - by_ref[n] for n, v in zip(m["lengths"], m[key]) if n in by_ref}
+
+
+def taken_back(results, name, base, n):
+    """The share of a row's excess that a remedy takes back, at length n: of what the long context
+    costs the `base` row, the part the `name` row no longer pays,
+
+        taken_back = (excess_base(n) - excess_name(n)) / excess_base(n)
+
+    (the README's "HeadScale takes back 31%": base nope, name nope_headscale_4L, n = 4L). 1: the
+    remedy reads as well as its last L alone; 0: no better than base; < 0: worse. It means
+    something where base has an excess to take back (> 0); nan where it has none, None where
+    either excess was not measured."""
+    a, b = excess(results, base).get(n), excess(results, name).get(n)
+    if a is None or b is None:
+        return None
+    return (a - b) / a if a else float("nan")
 
 
 def write_tables(out, results):
@@ -440,8 +477,10 @@ def main():
               for k, p in paths.items() if k != "results"}
     for name, (model, ckpt) in models.items():
         ds = data[name]
-        res, positions, entropy = evaluate_model(name, model, ds, cfg, L, ctx, dtype)
+        res, positions, entropy = evaluate_model(name, model, ckpt, ds, cfg, L, ctx, dtype)
         results["methods"][name] = {"ckpt": os.path.abspath(ckpts[name])} | res
+        for row in results["methods"]:  # every row's reference, among the rows measured so far
+            results["methods"][row]["reference"] = reference_of(results, row)
         stores["positions"][name] = positions
         # a row measured again keeps nothing of its earlier measurement
         stores["entropy"].pop(name, None)

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
+import families  # noqa: F401  (registers the families past the paper: their checkpoints load)
+from common import UserError, parse_config, pick_device, read_json, run_main
 from data import Dataset, read_text
 from model import load_checkpoint
-from common import UserError, parse_config, pick_device, read_json, run_main
 
 
 @dataclass

@@ -479,11 +479,12 @@ def write_fit(model, cfg, n, init, lam, log, seconds, out, base, extras):
     if slopes:
         model.set_head_slopes(lam)
         info = {"method": f"{cfg.granularity}slope", "length": n, "init": init, "min_slope": 0.0,
-                "head_scale": 1.0, "steps": cfg.steps, "lr": cfg.lr, "a": lam.tolist()}
+                "head_scale": 1.0, "steps": cfg.steps, "lr": cfg.lr, "tag": cfg.tag,
+                "a": lam.tolist()}
     else:
         model.set_head_scales(lam)
         info = {"method": cfg.granularity, "length": n, "init": init, "min_scale": cfg.min_scale,
-                "steps": cfg.steps, "lr": cfg.lr, "lam": lam.tolist()}
+                "steps": cfg.steps, "lr": cfg.lr, "tag": cfg.tag, "lam": lam.tolist()}
     save_checkpoint(stem + ".pt", model, **extras, scales=info)
     table = [[l, h, round(v, 5)] for l, row in enumerate(lam.tolist()) for h, v in enumerate(row)]
     write_csv(stem + ".csv", table, ["layer", "head", "slope" if slopes else "scale"])
@@ -506,7 +507,7 @@ def main():
     out = cfg.out_dir or os.path.join(os.path.dirname(os.path.abspath(cfg.ckpt)), "scales")
     os.makedirs(out, exist_ok=True)
     base = {"train_len": L, "dataset": ds.name, "ckpt": os.path.abspath(cfg.ckpt)}
-    extras = {k: ckpt[k] for k in ("config", "dataset", "iter_num") if k in ckpt}
+    extras = {k: ckpt[k] for k in ("config", "dataset", "iter_num", "model_name") if k in ckpt}
     model.set_head_scales(1.0)  # every search starts from the plain model (lambda = 1, no slope)
     model.set_head_slopes(0.0)
     print(f"{model.config.pos_encoding} model, L={L}, {model.config.n_layer} layers x "

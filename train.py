@@ -32,6 +32,7 @@ from common import (Progress, UserError, autocast, config_dict, cosine_lr, forma
                     write_json)
 from data import Dataset
 from evaluate import measure
+from families import arch_of
 from model import FAMILIES, GPT, GPTConfig, load_checkpoint, make_config, save_checkpoint
 
 
@@ -116,7 +117,7 @@ def train(cfg, model_args, ddp, rank, world, device):
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
 
     # --- model, data, optimizer: fresh, resumed (--resume) or from another checkpoint (--init_from)
-    model, ds, ckpt = make_model(cfg, model_args, ckpt_path, world)
+    model, ds, ckpt, name = make_model(cfg, model_args, ckpt_path, world)
     model.to(device)
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                            (cfg.beta1, cfg.beta2), device.split(":")[0])
@@ -170,8 +171,8 @@ def train(cfg, model_args, ddp, rank, world, device):
             val = validate(raw_model, val_windows, ctx, ddp, device, master, iter_num)
             if master:  # rank 0 logs and saves
                 wall = time.time() - t_start + elapsed_before
-                best_val = log_and_save(cfg, model_args, ds, world, raw_model, optimizer, scaler,
-                                        log_rows,
+                best_val = log_and_save(cfg, model_args, name, ds, world, raw_model, optimizer,
+                                        scaler, log_rows,
                                         best_val, [iter_num, train_loss, val, lr, grad_norm, wall])
                 print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), "
                       f"saved {ckpt_path}", flush=True)
@@ -181,8 +182,8 @@ def train(cfg, model_args, ddp, rank, world, device):
         val = validate(raw_model, val_windows, ctx, ddp, device, master, iter_num)
         if master:
             wall = time.time() - t_start + elapsed_before
-            best_val = log_and_save(cfg, model_args, ds, world, raw_model, optimizer, scaler,
-                                        log_rows,
+            best_val = log_and_save(cfg, model_args, name, ds, world, raw_model, optimizer,
+                                        scaler, log_rows,
                                     best_val, [iter_num, train_loss, val, lr, grad_norm, wall])
             print(f"step 0: val loss {val:.4f}, saved {ckpt_path} (no training step)", flush=True)
     if master:
@@ -216,7 +217,8 @@ def validate(model, windows, ctx, ddp, device, master, iter_num):
     return val
 
 
-def log_and_save(cfg, model_args, ds, world, model, optimizer, scaler, log_rows, best_val, row):
+def log_and_save(cfg, model_args, name, ds, world, model, optimizer, scaler, log_rows, best_val,
+                 row):
     """Rank 0, after an evaluation: `row` (LOG_HEADER's values, not yet rounded) joins the log,
     then best.pt (when the validation loss improved), ckpt.pt (the last, with the optimizer
     state, for --resume) and train_log.csv are written. Returns the best validation loss."""
@@ -224,7 +226,7 @@ def log_and_save(cfg, model_args, ds, world, model, optimizer, scaler, log_rows,
     log_rows.append([iter_num, round(train_loss, 5), round(val, 5), lr, round(grad_norm, 4),
                      round(wall, 1)])
     improved, best_val = val < best_val, min(best_val, val)
-    record = run_record(cfg, model_args, ds, world, iter_num, best_val, log_rows)
+    record = run_record(cfg, model_args, name, ds, world, iter_num, best_val, log_rows)
     if improved:
         save_checkpoint(os.path.join(cfg.out_dir, "best.pt"), model, **record)
     save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), model, **record,
@@ -234,11 +236,12 @@ def log_and_save(cfg, model_args, ds, world, model, optimizer, scaler, log_rows,
     return best_val
 
 
-def run_record(cfg, model_args, ds, world, iter_num, best_val, log_rows):
+def run_record(cfg, model_args, name, ds, world, iter_num, best_val, log_rows):
     """What a checkpoint carries beside the weights: every setting (so --resume and the other
-    scripts need nothing else; the model's as given, the model itself in model_args), the step,
-    the data's name and hash, the processes, the log."""
-    return {"iter_num": iter_num, "best_val_loss": best_val,
+    scripts need nothing else; the model's as given, the model itself in model_args), the name
+    of the trained model (model_name), the step, the data's name and hash, the processes, the
+    log."""
+    return {"iter_num": iter_num, "best_val_loss": best_val, "model_name": name,
             "config": config_dict(cfg) | {"model": model_args},
             "processes": world, "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")},
             "log": [dict(zip(LOG_HEADER, r)) for r in log_rows]}
@@ -475,11 +478,12 @@ def make_model(cfg, model_args, ckpt_path, world):
     """The model (on the CPU) and its data: fresh; resumed from ckpt_path (--resume, with the
     checkpoint, whose optimizer state main() loads); or initialised from another checkpoint
     (--init_from: its weights, shape and settings, a fresh optimizer).
-    Returns (model, dataset, the resumed checkpoint or None)."""
+    Returns (model, dataset, the resumed checkpoint or None, the model's name: model_name)."""
     bos = model_args.get("bos", GPTConfig.bos)
     if cfg.init_from:  # the model's shape and L from that checkpoint, the text in its mode
         load = {"dropout": model_args.get("dropout", GPTConfig.dropout)}
         init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", **load)
+        source = arch_of(init_model.config), init_ckpt.get("model_name")
         changed = init_overrides(cfg, model_args, init_model.config)
         if changed:  # the same weights in the model asked for (DroPE: RoPE removed)
             init_model, init_ckpt = load_checkpoint(cfg.init_from, "cpu", **load, **changed)
@@ -497,13 +501,18 @@ def make_model(cfg, model_args, ckpt_path, world):
         check_resume(cfg, model_args, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"], world,
                      ckpt.get("processes", 1))
         Dataset.for_model(model.config, ckpt, cfg.dataset)  # the same text as before it stopped
-        return model, ds, ckpt
+        return model, ds, ckpt, ckpt.get("model_name")
     if os.path.exists(ckpt_path) and not cfg.overwrite:
         raise UserError(f"{ckpt_path} already exists: pass --resume to continue it, --overwrite to "
                         "replace it, or another --out_dir")
+    # the trained model's name, which results.json rows record ("model"): this run's folder, or
+    # its source's where a fine-tune or a conversion keeps the architecture (rope_pi_ft_4L is
+    # RoPE's, DroPE a model of its own)
+    name = os.path.basename(os.path.normpath(cfg.out_dir))
     if cfg.init_from:
-        return init_model, ds, None
-    return GPT(make_config(**model_args, vocab_size=ds.vocab_size)), ds, None
+        return init_model, ds, None, (source[1] if arch_of(init_model.config) == source[0]
+                                      and source[1] else name)
+    return GPT(make_config(**model_args, vocab_size=ds.vocab_size)), ds, None, name
 
 
 def start_processes(cfg):

@@ -31,7 +31,7 @@ A finding holds for a recipe when it holds in every seed given.
 
 Besides the findings, two measured effects (no threshold), both on the same windows at 4L:
   rise     what the long context costs NoPE: loss(nope, 4L) - loss(nope_window_L, 4L)
-  recovered  for each remedy, the share of that rise it takes back:
+  recovered  for each remedy, the share of that rise it takes back (evaluate.taken_back):
              (loss(nope) - loss(remedy)) / (loss(nope) - loss(nope_window_L)), all at 4L
 """
 
@@ -46,7 +46,7 @@ if not __package__:  # run as a script, not imported: the repository's modules f
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import UserError, length_name, parse_config, read_json, run_main, write_json
-from evaluate import excess
+from evaluate import excess, taken_back
 
 DELTA = 0.1          # nats above the in-distribution loss that count as "degraded"
 ENTROPY_DELTA = 0.1  # bits above the in-distribution entropy trend
@@ -96,18 +96,17 @@ REMEDIES = ("nope_uniform_4L", "nope_headscale_4L", "nope_headscale_4L_noclamp",
 
 
 def measures(results):
-    """The rise past L at 4L and each remedy's recovered share there (see the docstring)."""
+    """The rise past L at 4L and each remedy's recovered share there (see the docstring):
+    evaluate.excess and evaluate.taken_back, their one definitions."""
     n4, methods = 4 * results["train_len"], results["methods"]
-    # evaluate.excess: the one definition
     rise = excess(results, "nope").get(n4) if "nope" in methods else None
     if rise is None:
         return {}
     out = {"rise_4L": rise}
     for r in REMEDIES:
-        ex = excess(results, r).get(n4) if r in methods else None
-        if ex is not None:
-            # (loss(nope) - loss(r)) / (loss(nope) - loss(ref)) = 1 - excess(r) / excess(nope)
-            out[f"recovered_{r}"] = 1 - ex / rise if rise else float("nan")
+        share = taken_back(results, r, "nope", n4) if r in methods else None
+        if share is not None:
+            out[f"recovered_{r}"] = share
     return out
 
 
@@ -204,8 +203,8 @@ def headline(run):
                 f"{m['recovered_nope_headscale_4L']:.0%} of that cost and the best uniform λ "
                 f"{m.get('recovered_nope_uniform_4L', float('nan')):.0%}; "
                 f"HeadScale costs {cost:+.2f} nats at L")
-        rope_rows = [(excess(results, r).get(n4), r) for r in methods
-                     if r.startswith("rope_") and "window" not in r]
+        rope_rows = [(excess(results, r).get(n4), r) for r, row in methods.items()
+                     if row.get("model") == "rope" and row.get("remedy")]  # its extensions
         rope_rows = [x for x in rope_rows if x[0] is not None]
         if rope_rows:
             e, r = min(rope_rows)

@@ -30,6 +30,7 @@ from common import (UserError, atomic_write_text, autocast, length_list, length_
                     parse_config, pick_device, pick_dtype, read_json, run_main, write_csv,
                     write_json)
 from data import Dataset
+from evaluate import facts as row_facts
 from model import load_checkpoint
 from study import plot
 
@@ -65,8 +66,11 @@ def accuracy(model, pk, n, depth, keys, device, ctx):
     return sum(o[:len(a)] == a for o, a in zip(out, answers)) / len(keys)
 
 
-def summarise(out_dir, rows, L, avg_up_to):
-    """Mean accuracy per method over lengths <= avg_up_to * L; a markdown table by length."""
+def summarise(out_dir, rows, L, avg_up_to, facts=None):
+    """Mean accuracy per method over lengths <= avg_up_to * L; a markdown table by length.
+    facts: each method's, as evaluate.facts records a row's (kept from passkey.json)."""
+    path = os.path.join(out_dir, "passkey.json")
+    facts = (read_json(path).get("facts", {}) if os.path.exists(path) else {}) | (facts or {})
     methods = list(dict.fromkeys(r[0] for r in rows))
     lengths = sorted({r[1] for r in rows})
     by = {(m, n): np.mean([r[3] for r in rows if r[0] == m and r[1] == n])
@@ -83,10 +87,10 @@ def summarise(out_dir, rows, L, avg_up_to):
                      + f" | {avg[m]:.0%} |")
     table = "\n".join(lines)
     atomic_write_text(os.path.join(out_dir, "passkey.md"), table + "\n")
-    write_json(os.path.join(out_dir, "passkey.json"),
-               {"train_len": L, "avg_up_to": upto, "mean_accuracy": avg,
-                "by_length": {m: {str(n): by[m, n] for n in lengths} for m in methods}})
-    return table, avg
+    write_json(path, {"train_len": L, "avg_up_to": upto, "mean_accuracy": avg,
+                      "by_length": {m: {str(n): by[m, n] for n in lengths} for m in methods},
+                      "facts": {m: facts.get(m, {}) for m in methods}})
+    return table, avg, facts
 
 
 
@@ -100,9 +104,9 @@ def main():
             raise UserError(f"--plot_only but {csv_path} does not exist; run the evaluation first")
         rows = plot.passkey_rows(csv_path)
         L = read_json(os.path.join(cfg.out_dir, "passkey.json"))["train_len"]
-        table, avg = summarise(cfg.out_dir, rows, L, cfg.avg_up_to)
+        table, avg, facts = summarise(cfg.out_dir, rows, L, cfg.avg_up_to)
         print(table)
-        plot.report(cfg.out_dir, plot.draw_passkey(cfg.out_dir, rows, avg, L), [])
+        plot.report(cfg.out_dir, plot.draw_passkey(cfg.out_dir, rows, avg, L, facts), [])
         return
     if cfg.depths <= 0 or cfg.keys <= 0:
         raise UserError("--depths and --keys must be > 0")
@@ -140,10 +144,12 @@ def main():
             print(f"{name:>28} n={n:5d}: accuracy {np.mean(accs):.0%} "
                   f"over {cfg.depths} depths x {cfg.keys} keys", flush=True)
         write_csv(csv_path, rows, ["method", "length", "depth", "accuracy", "n"])
-    table, avg = summarise(cfg.out_dir, rows, L, cfg.avg_up_to)
+    table, avg, facts = summarise(cfg.out_dir, rows, L, cfg.avg_up_to,
+                                  {name: row_facts(model, ckpt) for name, (model, ckpt)
+                                   in models.items()})
     print(table)
     if cfg.plots:
-        plot.report(cfg.out_dir, plot.draw_passkey(cfg.out_dir, rows, avg, L), [])
+        plot.report(cfg.out_dir, plot.draw_passkey(cfg.out_dir, rows, avg, L, facts), [])
 
 
 if __name__ == "__main__":

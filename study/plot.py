@@ -56,74 +56,87 @@ def shade(color, k):
     return mc.to_hex({0: rgb, 1: rgb + (1 - rgb) * 0.45, 2: rgb * 0.6}[k % 3])
 
 
-def length_rank(name):
-    """nope_uniform_2L -> 1, _4L -> 0, _8L -> 2: 4L (the paper's target) gets the family colour."""
-    m = re.search(r"_(\d+(?:\.\d+)?)L", name)
-    return {"4": 0, "2": 1, "8": 2}.get(m.group(1), 0) if m else 0
+# Each trained model's colour, line style, marker and label: its rows as trained, and its rows
+# read only by their last L (dotted)
+MODELS = {  # model -> colour, line style, marker, label, and its name in its remedies' labels
+    "nope": (BLUE, "-", "o", "NoPE", "NoPE"),
+    "nope_notoken": (SKY, "-", "o", "NoPE without start token", "NoPE without start token"),
+    "rope": (VERMILLION, "-", "s", "RoPE", "RoPE"),
+    # NoPE as production models use it (reproduce.py --modern): hybrids black, DroPE a dark red
+    "hybrid": (BLACK, "-", "o", "hybrid RoPE/NoPE", "hybrid"),
+    "hybrid_swa": (BLACK, "--", "o", "hybrid, windowed RoPE", "hybrid, windowed RoPE"),
+    "drope": (DARK_RED, "--", "v", "DroPE, recalibrated", "DroPE"),
+    "drope_short": (DARK_RED, "-.", "v", "DroPE, short recalibration", "DroPE, short"),
+    "drope_zeroshot": (DARK_RED, ":", "x", "DroPE, zero-shot", "DroPE, zero-shot"),
+    # the other answers to "attend past L" (reproduce.py --beyond)
+    "alibi": (TEAL, "-", "P", "ALiBi", "ALiBi"),
+    "nope_ssmax": (SKY, "-", "*", "NoPE + Scalable-Softmax", "NoPE + SSMax"),
+}
+# Each remedy's colour on NoPE (a shade per fit length), line style, marker and label; on another
+# model the remedy takes that model's colour
+REMEDIES = {
+    "uniform": (GREEN, "-", "^", "uniform λ"),
+    "headscale": (PURPLE, "-", "D", "HeadScale"),
+    "layerscale": (PURPLE, "-.", "D", "λ per layer"),
+    "uniform_fit": (PURPLE, ":", "D", "one λ, fitted"),
+    "headslope": (OLIVE, "-", "v", "length-following λ"),
+    "layerslope": (OLIVE, "--", "v", "slope per layer"),
+    "uniformslope": (OLIVE, "-.", "v", "one slope, fitted"),
+    "logn": (OLIVE, ":", "x", "logn (Qwen)"),
+    "slope_grid": (OLIVE, (0, (5, 1, 1, 1)), "x", "λ(i) of the grid"),
+    "slope": (OLIVE, "--", "x", "a slope set"),
+    "llama4": (BLACK, None, "x", "Llama 4 temperature"),
+}
+VARIANTS = {"noclamp": ("--", "no clamp"), "noinit": (":", "init 1")}
+SLOPES = ("headslope", "layerslope", "uniformslope", "logn", "slope_grid", "slope")
+MODERN_MODELS = ("hybrid", "hybrid_swa", "drope", "drope_short", "drope_zeroshot")
+EXTENSIONS = {"pi": ("--", "PI"), "ntk": ("-.", "NTK"), "yarn": ((0, (5, 1, 1, 1)), "YaRN")}
 
 
-def style(name):
-    """Colour, line style, marker and a readable label of a method, the same in every figure."""
-    if name.endswith("window_L"):  # a model reading only its last L positions: the reference
-        base = style(name[:-len("_window_L")])
+def style(row, L):
+    """Colour, line style, marker and a readable label of a row of results.json, from the facts
+    evaluate.py recorded in it (model, remedy, variant, fit_length, context), the same in every
+    figure."""
+    model, remedy = row.get("model"), row.get("remedy")
+    color, ls, marker, label, short = MODELS.get(model, ("#777777", "-", ".", model or "?",
+                                                         model or "?"))
+    if row.get("context"):  # a model reading only its last L positions: the reference
+        base = style({"model": model}, L)
         return base | {"ls": ":", "marker": None, "label": base["label"] + ", last L only"}
-    k = length_rank(name)
-    at = re.search(r"_(\d+(?:\.\d+)?L)", name)
-    at = f" ({at.group(1)})" if at else ""
-    rules = [  # (pattern, colour, line style, marker, label)
-        (r"nope$", BLUE, "-", "o", "NoPE"),
-        (r"nope_notoken$", SKY, "-", "o", "NoPE without start token"),
-        (r"rope$", VERMILLION, "-", "s", "RoPE"),
-        (r"rope_(pi|ntk|yarn)_(zeroshot|ft)", ORANGE, None, None, None),
-        (r"nope_uniformslope", OLIVE, "-.", "v", "one slope, fitted" + at),
-        (r"nope_layerslope", OLIVE, "--", "v", "slope per layer" + at),
-        (r"nope_headslope", OLIVE, "-", "v", "length-following λ" + at),
-        (r"nope_logn$", OLIVE, ":", "x", "logn (Qwen)"),
-        (r"nope_slope_grid$", OLIVE, (0, (5, 1, 1, 1)), "x", "λ(i) of the grid"),
-        (r"nope_uniform_", GREEN, "-", "^", "uniform λ" + at),
-        (r"nope_headscale_.*_noclamp", PURPLE, "--", "d", "HeadScale, no clamp" + at),
-        (r"nope_headscale_.*_noinit", PURPLE, ":", "d", "HeadScale, init 1" + at),
-        (r"nope_headscale_", PURPLE, "-", "D", "HeadScale" + at),
-        (r"nope_layer_", PURPLE, "-.", "D", "λ per layer" + at),
-        # NoPE as production models use it (reproduce.py --modern): hybrids black, DroPE a dark red
-        (r"hybrid_swa_llama4$", BLACK, "--", "x", "hybrid, windowed RoPE, Llama 4 temperature"),
-        (r"hybrid_llama4$", BLACK, "-", "x", "hybrid, Llama 4 temperature"),
-        (r"hybrid_swa_headscale_", BLACK, "--", "D", "hybrid, windowed RoPE, HeadScale" + at),
-        (r"hybrid_headscale_", BLACK, "-", "D", "hybrid, HeadScale" + at),
-        (r"hybrid_swa_uniform_", BLACK, "--", "^", "hybrid, windowed RoPE, uniform λ" + at),
-        (r"hybrid_uniform_", BLACK, "-", "^", "hybrid, uniform λ" + at),
-        (r"hybrid_swa$", BLACK, "--", "o", "hybrid, windowed RoPE"),
-        (r"hybrid$", BLACK, "-", "o", "hybrid RoPE/NoPE"),
-        (r"drope_zeroshot$", DARK_RED, ":", "x", "DroPE, zero-shot"),
-        (r"drope_short$", DARK_RED, "-.", "v", "DroPE, short recalibration"),
-        (r"drope_headscale_", DARK_RED, "-", "D", "DroPE, HeadScale" + at),
-        (r"drope_uniform_", DARK_RED, "-", "^", "DroPE, uniform λ" + at),
-        (r"drope$", DARK_RED, "--", "v", "DroPE, recalibrated"),
-        # the other answers to "attend past L" (reproduce.py --beyond)
-        (r"alibi_uniform_", TEAL, "--", "^", "ALiBi, uniform λ" + at),
-        (r"alibi$", TEAL, "-", "P", "ALiBi"),
-        (r"nope_ssmax_headscale_", SKY, "--", "D", "NoPE + SSMax, HeadScale" + at),
-        (r"nope_ssmax_uniform_", SKY, "-.", "^", "NoPE + SSMax, uniform λ" + at),
-        (r"nope_ssmax$", SKY, "-", "*", "NoPE + Scalable-Softmax"),
-    ]
-    for pattern, color, ls, marker, label in rules:
-        m = re.match(pattern, name)
-        if not m:
-            continue
-        if color == ORANGE:  # RoPE extensions: a line style per method, markers for fine-tuned
-            method, kind = m.groups()
-            ls = {"pi": "--", "ntk": "-.", "yarn": (0, (5, 1, 1, 1))}[method]
-            return {"color": ORANGE if kind == "ft" else shade(ORANGE, 2), "ls": ls,
-                    "marker": "s" if kind == "ft" else "^",
-                    "label": f"RoPE + {method.upper() if method != 'yarn' else 'YaRN'}, "
-                             + ("fine-tuned" + at if kind == "ft" else "zero-shot")}
-        return {"color": shade(color, k) if color in (GREEN, PURPLE) else color, "ls": ls,
-                "marker": marker, "label": label}
-    return {"color": "#777777", "ls": "-", "marker": ".", "label": name}
+    at = f" ({length_name(row['fit_length'] / L)})" if row.get("fit_length") else ""
+    method, _, kind = (remedy or "").partition("_")
+    if method in EXTENSIONS and kind in ("zeroshot", "ft"):  # RoPE stretched: a style a method
+        return {"color": ORANGE if kind == "ft" else shade(ORANGE, 2), "ls": EXTENSIONS[method][0],
+                "marker": "s" if kind == "ft" else "^",
+                "label": f"RoPE + {EXTENSIONS[method][1]}, "
+                         + ("fine-tuned" + at if kind == "ft" else "zero-shot")}
+    if remedy in REMEDIES:
+        r_color, r_ls, marker, r_label = REMEDIES[remedy]
+        variant = VARIANTS.get(row.get("variant"))
+        name = r_label + (f", {variant[1]}" if variant else "")
+        if model == "nope":  # NoPE's remedies: the remedy's colour, 4L (the paper's) darkest
+            rank = {4: 0, 2: 1, 8: 2}.get(round((row.get("fit_length") or 4 * L) / L), 0)
+            color = shade(r_color, rank) if r_color in (GREEN, PURPLE) else r_color
+            return {"color": color, "ls": variant[0] if variant else r_ls,
+                    "marker": marker.lower() if variant else marker, "label": name + at}
+        # another model's remedies: its colour, the remedy's marker; a hybrid's its line style,
+        # the others' a line style apart from their model's solid one
+        if model not in ("hybrid", "hybrid_swa") and remedy != "llama4":
+            ls = {"uniform": "-.", "headscale": "--"}.get(remedy, ":") if ls == "-" else "-"
+        return {"color": color, "ls": ls, "marker": marker, "label": f"{short}, {name}{at}"}
+    return {"color": color, "ls": ls, "marker": marker, "label": label}
 
 
-def line(ax, x, y, name, **kw):
-    s = style(name)
+def rows_where(results, **facts):
+    """The names of results.json's rows whose recorded facts are those given (context=None: not
+    a reference)."""
+    return [n for n, m in results["methods"].items()
+            if all(m.get(k) == v for k, v in facts.items())]
+
+
+def line(ax, x, y, results, name, **kw):
+    """One row's curve, in its style."""
+    s = style(results["methods"][name], results["train_len"])
     ax.plot(x, y, color=s["color"], ls=s["ls"], marker=s["marker"], label=s["label"], **kw)
 
 
@@ -141,8 +154,9 @@ def moving_average(values, width):
 
 def best_rope_extension(results, n):
     """The RoPE extension row with the lowest mean loss at length n (None if there is none)."""
+    extensions = {f"{m}_{k}" for m in EXTENSIONS for k in ("zeroshot", "ft")}
     rows = [(m["loss"][m["lengths"].index(n)], name) for name, m in results["methods"].items()
-            if re.match(r"rope_(pi|ntk|yarn)_", name) and n in m["lengths"]]
+            if m.get("remedy") in extensions and n in m["lengths"]]
     return min(rows)[1] if rows else None
 
 
@@ -236,7 +250,8 @@ def hero(F, results, pos, ent):
         if name in pos and "loss_per_position" in pos[name]:
             y = pos[name]["loss_per_position"]
             n = max(n, len(y))
-            line(ax, np.arange(1, len(y) + 1), moving_average(y, width), name, lw=1.3, markevery=[])
+            line(ax, np.arange(1, len(y) + 1), moving_average(y, width), results, name, lw=1.3,
+                 markevery=[])
     position_axis(ax, L, n or L)
     mark_L(ax, L)
     ax.set_xlabel("position i in the window (tokens)")
@@ -262,7 +277,7 @@ def hero(F, results, pos, ent):
             else:  # older files: the binned curve
                 x, y = np.asarray(e["positions"]), np.mean(e["entropy_bits"], (0, 1))
             keep = x >= L / 4
-            line(ax, x[keep], y[keep] - trend(x[keep]), name, lw=1.3, markevery=[])
+            line(ax, x[keep], y[keep] - trend(x[keep]), results, name, lw=1.3, markevery=[])
             nb = max(nb, int(x[-1]))
         ax.axhline(0, color="gray", lw=0.8)
         position_axis(ax, L, nb)
@@ -285,7 +300,7 @@ def hero(F, results, pos, ent):
         ex = excess(results, name)
         if ex:
             xs = sorted(ex)
-            line(ax, xs, [ex[x] for x in xs], name, lw=1.5, ms=4)
+            line(ax, xs, [ex[x] for x in xs], results, name, lw=1.5, ms=4)
     ax.axhline(0, color=BLACK, ls=":", lw=1, label="reading only its last L (reference)")
     length_axis(ax, L, lengths)
     ax.set_xlabel("evaluation length n")
@@ -296,25 +311,22 @@ def hero(F, results, pos, ent):
     F.save(fig, "hero.png")
 
 
-def slope_row(name):
-    """A row whose lambda follows the position (reproduce.py --slopes): Qwen's logn, a slope set
-    or fitted."""
-    return name == "nope_logn" or "slope" in name
-
-
-FAMILIES = {  # figure -> (title, which rows)
+FAMILIES = {  # figure -> (title, which rows: a test of a row's facts)
     "loss_nope_remedies.png": ("NoPE and its remedies (λ fitted past L)",
-                               lambda n: n == "nope"
-                               or re.match(r"nope_(uniform|headscale|layer)_\d", n)
-                               and not slope_row(n)),
+                               lambda m: m.get("model") == "nope" and not m.get("context")
+                               and m.get("remedy") in (None, "uniform", "headscale",
+                                                       "layerscale", "uniform_fit")),
     "loss_rope_extensions.png": ("RoPE and its extensions (PI, NTK-aware, YaRN)",
-                                 lambda n: n == "rope"
-                                 or n.startswith("rope_") and not n.endswith("window_L")),
+                                 lambda m: m.get("model") == "rope" and not m.get("context")),
     "loss_length_following.png": ("λ that follows the position, against constant λ",
-                                  lambda n: n == "nope" or slope_row(n)
-                                  or n in ("nope_uniform_4L", "nope_headscale_4L")),
+                                  lambda m: m.get("model") == "nope" and not m.get("context")
+                                  and (m.get("remedy") in (None, *SLOPES)
+                                       or m.get("remedy") in ("uniform", "headscale")
+                                       and not m.get("variant") and m.get("fit_length")
+                                       == 4 * m["lengths"][0])),
     "loss_start_token.png": ("NoPE with and without the start token, RoPE",
-                             lambda n: n in ("nope", "nope_notoken", "rope")),
+                             lambda m: m.get("model") in ("nope", "nope_notoken", "rope")
+                             and not m.get("remedy") and not m.get("context")),
 }
 
 # loss_modern.png: one column per recipe, each model beside its best remedy and its own reference
@@ -332,9 +344,9 @@ def families(F, results):
     L, methods = results["train_len"], results["methods"]
     lengths = sorted({n for m in methods.values() for n in m["lengths"]})
     for fn, (title, member) in FAMILIES.items():
-        rows = [n for n in methods if member(n)]
-        if (len(rows) < 2
-                or fn == "loss_length_following.png" and not any(slope_row(n) for n in rows)):
+        rows = [n for n, m in methods.items() if member(m)]
+        if (len(rows) < 2 or fn == "loss_length_following.png"
+                and not any(methods[n].get("remedy") in SLOPES for n in rows)):
             F.skip(fn, "fewer than two of its rows" if len(rows) < 2
                    else "no length-following rows (--slopes)")
             continue
@@ -342,11 +354,11 @@ def families(F, results):
         refs = {ref for n in rows for ref in [reference_of(results, n)] if ref}
         for name in rows + sorted(refs):
             m = methods[name]
-            line(axes[0], m["lengths"], m["loss"], name, lw=1.4, ms=4)
+            line(axes[0], m["lengths"], m["loss"], results, name, lw=1.4, ms=4)
             ex = excess(results, name)
             if ex:
                 xs = sorted(ex)
-                line(axes[1], xs, [ex[x] for x in xs], name, lw=1.4, ms=4)
+                line(axes[1], xs, [ex[x] for x in xs], results, name, lw=1.4, ms=4)
         axes[1].axhline(0, color=BLACK, ls=":", lw=1)
         for ax, ylabel in zip(axes, ("mean loss (nats per token)",
                                      "excess over the same model reading its last L")):
@@ -396,8 +408,8 @@ def modern_families(F, results, recipes=MODERN, file="loss_modern.png",
                                         (ref, "gray", ":", None)):
             if name is None:
                 continue
-            m, kw = methods[name], dict(color=color, ls=ls, marker=marker, lw=1.5, ms=4,
-                                        label=style(name)["label"])
+            m = methods[name]
+            kw = dict(color=color, ls=ls, marker=marker, lw=1.5, ms=4, label=style(m, L)["label"])
             axes[0, col].plot(m["lengths"], m["loss"], **kw)
             ex = excess(results, name)
             if ex:
@@ -429,7 +441,8 @@ def position_loss(F, results, pos):
     for name in rows:
         y = pos[name]["loss_per_position"]
         n = max(n, len(y))
-        line(ax, np.arange(1, len(y) + 1), moving_average(y, width), name, lw=1.2, markevery=[])
+        line(ax, np.arange(1, len(y) + 1), moving_average(y, width), results, name, lw=1.2,
+             markevery=[])
     position_axis(ax, L, n)
     mark_L(ax, L)
     ax.set_xlabel("position i in the window (tokens)")
@@ -453,29 +466,32 @@ def nope_layer_rows(arch, n_layer):
 def entropy_modern(F, results, ent):
     """Does attention stay sharp past L? Mean entropy of the NoPE layers (a hybrid's NoPE layers,
     every layer of NoPE and DroPE) against position, for the rows of reproduce.py --modern."""
-    L, methods = results["train_len"], results["methods"]
+    methods = results["methods"]
     rows = [r for r in ENTROPY_ROWS
             if r in ent and r in methods and ent[r].get("layer_bits_per_position")
-            and (r.startswith(("hybrid", "drope")) or r in ("nope", "nope_headscale_4L"))]
-    if not any(r.startswith(("hybrid", "drope")) for r in rows):
+            and (methods[r].get("model") in MODERN_MODELS or methods[r].get("model") == "nope"
+                 and methods[r].get("remedy") in (None, "headscale"))]
+    if not any(methods[r].get("model") in MODERN_MODELS for r in rows):
         return None  # drawn only for a study run with --modern
     curves = {}
     for r in rows:  # the mean over the NoPE layers' heads, position by position
         per_layer = np.asarray(ent[r]["layer_bits_per_position"])  # (n_layer, n)
         layers = nope_layer_rows(methods[r].get("arch", methods[r]["pos_encoding"]), len(per_layer))
         curves[r] = per_layer[layers].mean(0)
-    entropy_curves(F, L, curves, "mean entropy of the NoPE layers' heads (bits)",
+    entropy_curves(F, results, curves, "mean entropy of the NoPE layers' heads (bits)",
                    "Attention entropy of the layers without position encoding",
                    "entropy_modern.png")
 
 
-def entropy_curves(F, L, curves, ylabel, title, file):
+def entropy_curves(F, results, curves, ylabel, title, file):
     """One entropy curve a row against position (curves: row -> (n,) bits), smoothed over
     L/SMOOTH, beside log2 i, the entropy of attention spread evenly."""
+    L = results["train_len"]
     width = max(1, L // SMOOTH)
     fig, ax = F.plt.subplots(figsize=(9, 4.3))
     for r, y in curves.items():
-        line(ax, np.arange(1, len(y) + 1), moving_average(y, width), r, lw=1.2, markevery=[])
+        line(ax, np.arange(1, len(y) + 1), moving_average(y, width), results, r, lw=1.2,
+             markevery=[])
     n = max(len(y) for y in curves.values())
     x = np.arange(1, n + 1)
     ax.plot(x, np.log2(x), color="gray", lw=0.8, ls="--", label="uniform attention, log₂ i")
@@ -492,14 +508,14 @@ def entropy_curves(F, L, curves, ylabel, title, file):
 def entropy_beyond(F, results, ent):
     """Does a bias or a learned temperature keep attention sharp past L? Mean entropy of every
     layer's heads against position for the rows of reproduce.py --beyond, beside NoPE's."""
-    L = results["train_len"]
+    methods = results["methods"]
     rows = [r for r in ("nope", "nope_headscale_4L", "alibi", "alibi_uniform_4L", "nope_ssmax",
-                        "nope_ssmax_headscale_4L") if r in ent
+                        "nope_ssmax_headscale_4L") if r in ent and r in methods
             and ent[r].get("layer_bits_per_position")]
-    if not any(r.startswith(("alibi", "nope_ssmax")) for r in rows):
+    if not any(methods[r].get("model") in ("alibi", "nope_ssmax") for r in rows):
         return None  # drawn only for a study run with --beyond
     curves = {r: np.asarray(ent[r]["layer_bits_per_position"]).mean(0) for r in rows}
-    entropy_curves(F, L, curves, "mean attention entropy (bits)",
+    entropy_curves(F, results, curves, "mean attention entropy (bits)",
                    "Attention entropy: NoPE, ALiBi and Scalable-Softmax", "entropy_beyond.png")
 
 
@@ -525,7 +541,8 @@ def entropy_layers(F, results, ent):
             continue
         ax.plot(x, np.log2(x), color="gray", lw=0.8, ls="--", label="uniform attention, log₂ i")
         for r in rows:
-            line(ax, x, moving_average(per_layer[r][layer], width), r, lw=1.2, markevery=[])
+            line(ax, x, moving_average(per_layer[r][layer], width), results, r, lw=1.2,
+                 markevery=[])
         position_axis(ax, L, n)
         mark_L(ax, L, text=layer == 0)
         ax.set_title(f"layer {layer}")
@@ -557,7 +574,7 @@ def lambda_grid(F, search_dir, uni):
         pts = sorted((float(r["lam"]), float(r["loss"])) for r in grid
                      if int(r["length"]) == s["length"])
         lam, loss = np.array(pts).T
-        c = style(f"nope_uniform_{name}")["color"]
+        c = shade(GREEN, {4: 0, 2: 1, 8: 2}.get(round(s["length"] / L), 0))
         ax.plot(lam, loss - loss.min(), color=c, marker=".",
                 label=f"n = {name}: best λ {s['best_lam']:.2f}")
         ax.plot([s["best_lam"]], [0], "o", color=c, ms=7, mfc="none")
@@ -651,9 +668,9 @@ def head_table(F, search_dir, fn, ent):
 # -----------------------------------------------------------------------------
 # Passkey heat maps (passkey.py's passkey.csv)
 
-def draw_passkey(out_dir, rows, avg, L):
+def draw_passkey(out_dir, rows, avg, L, facts):
     """A heat map (depth x length in multiples of L) per model, and all of them in passkey_all.png.
-    rows: (method, length, depth, accuracy, n)."""
+    rows: (method, length, depth, accuracy, n); facts: each method's (passkey.json's)."""
     F = Figures(out_dir)
     methods = list(dict.fromkeys(r[0] for r in rows))
     lengths = sorted({r[1] for r in rows})
@@ -673,7 +690,7 @@ def draw_passkey(out_dir, rows, avg, L):
         ax.set_xlabel("prompt length")
         if first_column:
             ax.set_ylabel("depth of the key in the filler")
-        ax.set_title(f"{style(m)['label']}: mean {avg[m]:.0%}", fontsize=9)
+        ax.set_title(f"{style(facts.get(m, {}), L)['label']}: mean {avg[m]:.0%}", fontsize=9)
         return im
 
     for m in methods:
@@ -707,7 +724,7 @@ def passkey_rows(path):
 def read_passkey(out_dir):
     info = read_json(os.path.join(out_dir, "passkey.json"))
     return (passkey_rows(os.path.join(out_dir, "passkey.csv")), info["mean_accuracy"],
-            info["train_len"])
+            info["train_len"], info.get("facts", {}))
 
 
 # -----------------------------------------------------------------------------

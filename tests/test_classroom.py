@@ -1502,7 +1502,7 @@ def fake_study(folder, L, seed, nope_L, rope_L, lam):
     """The files the lab's numbers are read from, made by hand: NoPE's loss flat to L then
     rising by 0.2 nats per L; two heads, the second with the lower entropy near 4L."""
     def row(pe, loss, context=None, scales=None):
-        return {"pos_encoding": pe, "arch": pe, "bos": True, "context": context, "scales": scales, "slopes": None,
+        return {"model": pe, "bos": True, "context": context, "scales": scales, "slopes": None,
                 "lengths": [L, 4 * L], "loss": loss}
     methods = {"nope": row("nope", [nope_L, nope_L + 0.6]), "rope": row("rope", [rope_L, rope_L + 0.9]),
                "nope_window_L": row("nope", [nope_L, nope_L + 0.1], context=L),

@@ -36,8 +36,8 @@ def with_kinds(run):
     """Add what evaluate.py records and reference_of reads to the study's rows; returns them."""
     path = os.path.join(run, "eval", "results.json")
     res = json.loads(open(path).read())
-    for name, m in res["methods"].items():
-        m |= {"pos_encoding": name[:4], "bos": True, "context": 100 if name.endswith("window_L") else None,
+    for name, m in res["methods"].items():  # this test's rows: named by the study's rules
+        m |= {"model": name[:4], "bos": True, "context": 100 if name.endswith("window_L") else None,
               "scales": 1.2 if "uniform" in name or "headscale" in name else None}
     open(path, "w").write(json.dumps(res))
     return res
@@ -81,13 +81,13 @@ def test_rise_and_recovered_share_use_the_reference_row_at_4L(tmp_path):
 
 def test_each_row_is_compared_with_a_model_of_its_own_kind():
     from evaluate import excess, reference_of
-    row = lambda pe, bos, ctx=None, scales=None, loss=(2.0, 2.5): {  # noqa: E731
-        "pos_encoding": pe, "bos": bos, "context": ctx, "scales": scales, "lengths": [100, 200], "loss": list(loss)}
+    row = lambda model, bos, ctx=None, scales=None, loss=(2.0, 2.5): {  # noqa: E731
+        "model": model, "bos": bos, "context": ctx, "scales": scales, "lengths": [100, 200], "loss": list(loss)}
     res = {"train_len": 100, "methods": {
         "nope": row("nope", True), "nope_headscale_4L": row("nope", True, scales=[[1.5]], loss=(2.1, 2.2)),
-        "nope_notoken": row("nope", False), "rope_yarn_zeroshot": row("rope", True, scales=[1.0, 2.0]),
+        "nope_notoken": row("nope_notoken", False), "rope_yarn_zeroshot": row("rope", True, scales=[1.0, 2.0]),
         "nope_window_L": row("nope", True, ctx=100, loss=(2.0, 2.1)),
-        "rope_window_L": row("rope", True, ctx=100), "nope_notoken_window_L": row("nope", False, ctx=100),
+        "rope_window_L": row("rope", True, ctx=100), "nope_notoken_window_L": row("nope_notoken", False, ctx=100),
         "mine": row("nope", True)}}
     refs = {n: reference_of(res, n) for n in res["methods"]}
     assert refs == {"nope": "nope_window_L", "nope_headscale_4L": "nope_window_L", "mine": "nope_window_L",

@@ -80,31 +80,33 @@ def test_bad_hybrid_settings_say_what_to_set():
 
 
 def test_the_reference_of_a_row_is_its_own_model_reading_its_last_L():
-    def row(pe, arch=None, context=None, scales=None, temp=None):
-        return {"pos_encoding": pe, "arch": arch or pe, "bos": True, "context": context, "scales": scales,
-                "slopes": None, "temp": temp, "lengths": [8], "loss": [1.0]}
-    res = {"train_len": 8, "methods": {
-        "nope": row("nope"), "nope_window_L": row("nope", context=8), "rope_window_L": row("rope", context=8),
-        "drope": row("nope"), "drope_headscale_4L": row("nope", scales=[[1.2]]), "drope_window_L": row("nope", context=8),
-        "drope_short": row("nope"), "drope_short_window_L": row("nope", context=8),
-        "hybrid": row("rope", "rope+nope/4"), "hybrid_llama4": row("rope", "rope+nope/4", temp=0.1),
-        "hybrid_window_L": row("rope", "rope+nope/4", context=8), "rope": row("rope")}}
-    assert reference_of(res, "nope") == "nope_window_L"
-    assert reference_of(res, "rope") == "rope_window_L"
-    assert reference_of(res, "drope_headscale_4L") == "drope_window_L"
-    assert reference_of(res, "drope_short") == "drope_short_window_L"
-    assert reference_of(res, "hybrid_llama4") == "hybrid_window_L"  # never plain RoPE's
+    """reference_of reads a row's facts, never its name: the rows here are named at random."""
+    def row(model, context=None, scales=None, temp=None):
+        return {"model": model, "bos": True, "context": context, "scales": scales, "slopes": None,
+                "temp": temp, "lengths": [8], "loss": [1.0]}
+    facts = {"nope": row("nope"), "nope_window_L": row("nope", context=8),
+             "rope_window_L": row("rope", context=8), "drope": row("drope"),
+             "drope_headscale_4L": row("drope", scales=[[1.2]]), "drope_window_L": row("drope", context=8),
+             "drope_short": row("drope_short"), "drope_short_window_L": row("drope_short", context=8),
+             "hybrid": row("hybrid"), "hybrid_llama4": row("hybrid", temp=0.1),
+             "hybrid_window_L": row("hybrid", context=8), "rope": row("rope")}
+    alias = {name: f"row{i}" for i, name in enumerate(facts)}  # names that say nothing
+    res = {"train_len": 8, "methods": {alias[n]: m for n, m in facts.items()}}
+    for name, ref in (("nope", "nope_window_L"), ("rope", "rope_window_L"), ("drope_headscale_4L", "drope_window_L"),
+                      ("drope_short", "drope_short_window_L"), ("hybrid_llama4", "hybrid_window_L")):
+        assert reference_of(res, alias[name]) == alias[ref], name
+    assert reference_of(res, alias["nope_window_L"]) is None  # a reference has none
     # the reference recomputes each window (a masked row is not one), at the row's own precision
-    window = res["methods"]["hybrid_window_L"]
+    window = res["methods"][alias["hybrid_window_L"]]
     window["context_mode"] = "mask"
-    assert reference_of(res, "hybrid") is None
+    assert reference_of(res, alias["hybrid"]) is None
     window |= {"context_mode": "recompute", "dtype": "bfloat16"}
-    res["methods"]["hybrid"]["dtype"] = "float32"
-    assert reference_of(res, "hybrid") is None
-    res["methods"]["hybrid"]["dtype"] = "bfloat16"
-    assert reference_of(res, "hybrid") == "hybrid_window_L"
-    del res["methods"]["hybrid_window_L"]
-    assert reference_of(res, "hybrid") is None
+    res["methods"][alias["hybrid"]]["dtype"] = "float32"
+    assert reference_of(res, alias["hybrid"]) is None
+    res["methods"][alias["hybrid"]]["dtype"] = "bfloat16"
+    assert reference_of(res, alias["hybrid"]) == alias["hybrid_window_L"]
+    del res["methods"][alias["hybrid_window_L"]]
+    assert reference_of(res, alias["hybrid"]) is None
 
 
 @pytest.mark.slow

@@ -755,7 +755,7 @@ def test_T6_excess_is_the_row_minus_its_own_reference_at_shared_lengths():
     r = np.random.default_rng(SEED)
 
     def row(pe, context=None, lengths=(8, 16, 32)):
-        return {"pos_encoding": pe, "arch": pe, "bos": True, "context": context, "scales": None, "slopes": None,
+        return {"model": pe, "bos": True, "context": context, "scales": None, "slopes": None,
                 "lengths": list(lengths), "loss": r.random(len(lengths)).round(4).tolist()}
     res = {"train_len": 8, "methods": {"nope": row("nope"), "nope_window_L": row("nope", 8, (8, 16)),
                                        "rope": row("rope"), "rope_window_L": row("rope", 8)}}
@@ -771,13 +771,13 @@ def test_T6_excess_is_the_row_minus_its_own_reference_at_shared_lengths():
 
 
 def test_T6_excess_finds_the_reference_by_reference_of_and_pairs_by_length():
-    """nope_headscale_4L's reference is nope_window_L (reference_of: the same kind of model
-    reading only its last L), not a row named after it; its lengths come in another order and
+    """nope_headscale_4L's reference is nope_window_L (reference_of: the same model reading only
+    its last L), not a row named after it; its lengths come in another order and
     lack one, so losses pair by length, not by place in the list."""
     r = np.random.default_rng(SEED + 1)
 
     def row(lengths, **kw):
-        return {"pos_encoding": "nope", "arch": "nope", "bos": True, "context": None, "scales": None,
+        return {"model": "nope", "bos": True, "context": None, "scales": None,
                 "slopes": None, "lengths": list(lengths), "loss": r.random(len(lengths)).round(4).tolist(), **kw}
     res = {"train_len": 8, "methods": {"nope": row((8, 16, 32)), "nope_window_L": row((32, 8), context=8),
                                        "nope_headscale_4L": row((8, 16, 32), scales=[[1.3, 1.2]])}}

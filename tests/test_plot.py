@@ -7,8 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from study import plot
 from conftest import run_script
+from study import plot
+from study.add_facts import facts_from_name
 
 L = 32
 LENGTHS = [L, 2 * L, 4 * L, 8 * L]
@@ -36,7 +37,8 @@ def write_eval(folder, names):
         methods[name] = {"lengths": LENGTHS, "loss": loss, "tail_loss": loss, "bpb": loss, "context": L if window else None,
                          "scales": None if name in ("nope", "rope", "nope_notoken") or window else 1.3,
                          "slopes": 0.3 if "log" in name else None, "bos": base != "nope_notoken",
-                         "pos_encoding": "rope" if base.startswith("rope") else "nope"}
+                         "pos_encoding": "rope" if base.startswith("rope") else "nope",
+                         **facts_from_name(name, L)}  # the facts evaluate.py records
         positions[name] = {"length": n, "bin": 2, "loss_per_position": curve(n, r, k)}
         if not window and base.startswith("nope"):
             i = np.arange(1, n + 1)
@@ -102,15 +104,20 @@ def test_some_rows_draw_what_they_can_and_say_what_is_missing(tmp_path):
 
 
 def test_a_method_looks_the_same_in_every_figure():
+    """A row's style comes from its facts (evaluate.py's), never from its name."""
+    def style(name):
+        return plot.style(facts_from_name(name, L) | {"context": L if name.endswith("window_L") else None}, L)
     names = ["nope", "rope", "nope_uniform_4L", "nope_headscale_4L", "rope_yarn_ft_4L", "nope_window_L"]
-    first = {n: plot.style(n) for n in names}
-    assert {n: plot.style(n) for n in reversed(names)} == first  # whatever the figure draws first
-    colours = {plot.style(n)["color"] for n in ("nope", "rope", "nope_uniform_4L", "nope_headscale_4L",
-                                                   "rope_yarn_ft_4L", "nope_headslope_4L")}
+    first = {n: style(n) for n in names}
+    assert {n: style(n) for n in reversed(names)} == first  # whatever the figure draws first
+    colours = {style(n)["color"] for n in ("nope", "rope", "nope_uniform_4L", "nope_headscale_4L",
+                                           "rope_yarn_ft_4L", "nope_headslope_4L")}
     assert len(colours) == 6  # the hero's rows are told apart by colour alone
-    assert plot.style("nope_window_L")["color"] == plot.style("nope")["color"]
-    assert plot.style("nope_window_L")["ls"] == ":"
-    assert plot.style("nope_uniform_2L")["color"] != plot.style("nope_uniform_4L")["color"]  # a shade per member
+    assert style("nope_window_L")["color"] == style("nope")["color"]
+    assert style("nope_window_L")["ls"] == ":"
+    assert style("nope_uniform_2L")["color"] != style("nope_uniform_4L")["color"]  # a shade per member
+    renamed = plot.style({"model": "nope", "remedy": "headscale", "fit_length": 4 * L}, L)
+    assert renamed == style("nope_headscale_4L")  # the same facts under any name: the same style
 
 
 def test_moving_average_keeps_the_length_and_the_mean_of_a_line():
@@ -124,7 +131,8 @@ def test_passkey_and_screen_figures(tmp_path):
     pk = tmp_path / "pk"
     pk.mkdir()
     rows = [(m, n, d / 10, float(d < 5), 5) for m in ("nope", "rope") for n in (104, 208) for d in range(10)]
-    drawn = plot.draw_passkey(str(pk), rows, {"nope": 0.5, "rope": 0.5}, 104)
+    drawn = plot.draw_passkey(str(pk), rows, {"nope": 0.5, "rope": 0.5}, 104,
+                              {"nope": {"model": "nope"}, "rope": {"model": "rope"}})
     assert "passkey_all.png" in drawn and is_png(pk / "passkey_all.png")
     screen = tmp_path / "screen.json"
     rows = [{"recipe": r, "seed": s, "pos_encoding": pe, "tokens": t, "final_val_loss": v * (1.2 if pe == "nope" else 1),
