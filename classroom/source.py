@@ -70,6 +70,7 @@ def tests_command(plugin, ids):
     use no fixture), and no unraisableexception plugin (its garbage collections at the end, with
     PyTorch loaded, cost 0.4 s a run)."""
     return [sys.executable, "-m", "pytest", "tests/test_paper.py", "-q", "-p", plugin,
+            "-p", "classroom.fixtures",
             "-k", " or ".join(f"test_{t}_" for t in ids), "-p", "no:cacheprovider",
             "-p", "no:unraisableexception", "-o", "addopts=", "--noconftest"]
 

@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from classroom.fixtures import observe, project_version  # noqa: E402,F401  (test_paper's)
 from data import CharTokenizer, write_dataset  # noqa: E402
 from study import stages  # noqa: E402
 

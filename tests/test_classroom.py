@@ -293,7 +293,8 @@ def task_checks(tid, functions, tmp_path):
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     try:
         code = pytest.main([str(ROOT / "tests" / "test_paper.py"), "-q", "-k", f"test_{tid}_",
-                            "--noconftest", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
+                            "--noconftest", "-p", "classroom.fixtures", "-p", "no:cacheprovider",
+                            "-p", "no:unraisableexception",
                             "-o", "addopts=", f"--basetemp={tmp_path / 'checks'}"], plugins=[outcomes])
     finally:
         if autoload is None:

@@ -15,8 +15,9 @@ L or a context that is no multiple of 8 fails every grading alike, whatever its 
 NANONOPE_SEED (0 when unset): classroom/command.py's grader sets it for each task from a
 teacher's secret, so a grade cannot be passed by reading these tests' numbers. Graded, these tests run in the judge and each graded
 function is a stand-in that calls the student's in a sandboxed worker (classroom/remote.py):
-the comparisons below are made where the student's code cannot reach them. observe() looks at
-how a function computes (no SDPA, the chunk bound) in the process that runs it. Each check says
+the comparisons below are made where the student's code cannot reach them. The fixture
+observe (the kit's, classroom/fixtures.py) looks at how a function computes (no SDPA, the chunk
+bound) in the process that runs it. Each check says
 in words what it found, and where a known mistake explains the result, names it."""
 
 import math
@@ -31,7 +32,6 @@ from evaluate import excess, last_L_losses, measure
 from model import query_scale, window_mask, written_out_attention
 from search_scales import fit_head_scales, fit_log_law, uniform_scale
 from test_model import V, make, reference_attention
-from classroom.remote import observe, project_version
 
 SEED = int(os.environ.get("NANONOPE_SEED", "0"))  # the grader's offset (it sets SEED per task); 0: public
 CASES = range(5)                                   # random cases, each of seed SEED + case
@@ -219,14 +219,14 @@ def test_T2_written_out_attention_against_a_dense_reference(case):
         "with lam=None (lambda 1) the result differs from plain causal attention"
 
 
-def test_T2_written_out_attention_never_calls_sdpa():
+def test_T2_written_out_attention_never_calls_sdpa(observe):
     q, k, v = (torch.randn(1, 2, 9, 4, generator=rng(SEED + i)) for i in range(3))
     for args in ((torch.full((1, 2, 1, 1), 1.3),), (None, 4, True, 2)):
         _, seen = observe(written_out_attention, q, k, v, *args)
         assert not seen["sdpa"], "the written-out path called scaled_dot_product_attention: write the softmax out"
 
 
-def test_T2_holds_one_chunk_of_scores_and_returns_y_in_vs_dtype():
+def test_T2_holds_one_chunk_of_scores_and_returns_y_in_vs_dtype(observe):
     """Queries `chunk` at a time: no floating-point tensor the function makes may hold more
     than B * nh * chunk * T values (head size 2, so q, k, v and y are below that bound and the
     full (T, T) scores far above it); y comes back in v's dtype (bfloat16 in, bfloat16 out)."""
@@ -647,7 +647,7 @@ def fresh_reference(model, x, y, W, bos):
     return torch.cat(losses, 1), torch.cat(ents, -1)
 
 
-def test_T6_meets_the_edges_and_reads_batch_size_rows_at_a_time():
+def test_T6_meets_the_edges_and_reads_batch_size_rows_at_a_time(observe, project_version):
     """The same in every grading: contexts that are no multiple of 8 (20: stride 2, the last
     sub-window cut at T) and below 8 (5: stride max(1, 5 // 8) = 1), with and without the start
     token, float32 out, x and y left as they were; and sub-windows go batch_size rows at a time
