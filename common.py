@@ -276,7 +276,7 @@ def parse_ckpts(specs):
 
 def pick_device(device="auto"):
     """cuda, then mps, then cpu."""
-    import torch
+    import torch  # the ground floor without PyTorch: -h, a refused option, the data scripts
     if device != "auto":
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise UserError(f"--device={device} but CUDA is not available here; use --device=auto")
@@ -295,7 +295,7 @@ def native_bf16():
     """Does this CUDA card compute bfloat16 natively (Ampere, Hopper and later)? PyTorch's
     default check also says yes where bf16 is only emulated (a T4, a V100): slow, so it is not
     used there."""
-    import torch
+    import torch  # the ground floor without PyTorch: -h, a refused option, the data scripts
     return torch.cuda.is_bf16_supported(including_emulation=False)
 
 
@@ -317,7 +317,7 @@ def pick_dtype(dtype, device):
 def autocast(device, dtype):
     """bf16 or fp16 autocast on CUDA, a no-op context otherwise."""
     if dtype in ("bfloat16", "float16"):
-        import torch
+        import torch  # the ground floor without PyTorch: -h, a refused option, the data scripts
         return torch.autocast(device_type="cuda", dtype=getattr(torch, dtype))
     return contextlib.nullcontext()
 
@@ -326,7 +326,7 @@ def grad_scaler(dtype):
     """float16 has 5 exponent bits: small gradients underflow to 0. The scaler multiplies the loss
     before backward and divides the gradients before the step (skipping steps whose gradients
     overflowed). bfloat16 has float32's range and needs none: disabled, every call is a no-op."""
-    import torch
+    import torch  # the ground floor without PyTorch: -h, a refused option, the data scripts
     return torch.amp.GradScaler("cuda", enabled=dtype == "float16")
 
 

@@ -53,13 +53,17 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import torch
+
 from common import (ROOT, UserError, atomic_write_text, format_seconds, length_name, load_preset,
                     parse_config, read_json, run_main)
 from data import Dataset, dataset_dir
+from model import GPT, GPTConfig
+from study import findings
+from study.bench import matmul_rate
 from study.plot import ENTROPY_ROWS
 from study.stages import Stages, resume_or_restart, run_script
 from train import TrainConfig
-from model import GPT, GPTConfig
 
 
 @dataclass
@@ -135,7 +139,6 @@ def entropy_args(rows):
 
 def auto_preset():
     """--preset=auto: the study the machine can run. Returns (preset, the line that says why)."""
-    import torch
     if torch.cuda.is_available():
         return "gpu", (f"preset gpu: CUDA is available ({torch.cuda.get_device_name()}); "
                        "--preset=cpu runs the laptop study instead")
@@ -193,7 +196,6 @@ def check(cfg):
     if cfg.device not in ("auto", "cpu", "cuda", "mps"):
         raise UserError(f"--device must be auto, cpu, cuda or mps, got {cfg.device!r}")
     if cfg.preset == "gpu" and cfg.device == "auto":
-        import torch
         if not torch.cuda.is_available():
             raise UserError("the gpu preset needs a CUDA card and none is here: its trainings "
                             f"alone would take {gpu_preset_estimate(cfg)} on this machine (an "
@@ -224,7 +226,6 @@ def gpu_preset_estimate(cfg):
     """Roughly how long the gpu preset's trainings take on this machine's CPU: their FLOPs
     (GPT.flops_per_token) over the rate of a float32 matmul measured here (study/bench.py). A
     lower bound: a model never runs at its matmul rate."""
-    from study.bench import matmul_rate
     t = load_preset("gpu", "train")
     keys = ("n_layer", "n_head", "n_embd", "block_size")
     model = GPT(GPTConfig(**{k: getattr(cfg, k) or t[k] for k in keys}, vocab_size=256))
@@ -640,7 +641,6 @@ def report_head(cfg, out, L, tr):
     the trained models (tr: their summaries) and evaluate.py's table."""
     notoken = (f"; NoPE without the start token: {tr['nope_notoken']['final_val_loss']:.4f}"
                if "nope_notoken" in tr else "")
-    from study import findings  # the headline sentences, computed from the study's files
     nope, rope = tr["nope"], tr["rope"]
     return [f"# nanoNoPE study: {cfg.dataset}, preset {cfg.preset}, L = {L}", "",
             *[f"- {s}" for s in findings.headline(out)], "",

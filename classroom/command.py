@@ -35,11 +35,14 @@ ranges: the lab's numbers (classroom/lab.md) read from study folders, one per se
 range; --check: the students' hand-ins against the expected ranges (classroom/lab.py).
 """
 
+import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from classroom.report import console_lines, gradescope, plain, zero_results
+from classroom.source import copy_tree
 from common import UserError, atomic_write_text, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,6 +79,7 @@ class ClassroomConfig:
 
 
 def read_tasks():
+    # the teacher's: not in a student copy, which runs this command too
     from classroom.grade import read_tasks as read
 
     return read(TASKS)
@@ -93,7 +97,6 @@ def chosen(cfg, tasks):
 
 def copy_project(dst, leave_out=()):
     """Copy this project to dst as it is on disk (.git and what .gitignore names left out)."""
-    from classroom.source import copy_tree
 
     copy_tree(ROOT, dst, leave_out)
 
@@ -103,7 +106,6 @@ def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
     results, one dict a task."""
     from classroom.grade import (Grader, choose_submission, limits_of, secret_of,
                                  task_files)
-    from classroom.report import console_lines, gradescope, plain, zero_results
 
     say = (lambda *a: None) if quiet else print
     t0 = time.time()
@@ -135,7 +137,6 @@ def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
 
 
 def json_text(obj):
-    import json
 
     return json.dumps(obj, indent=1, ensure_ascii=False) + "\n"
 
@@ -157,6 +158,7 @@ def main():
     ):
         raise UserError(USAGE)
     if command == "ranges":
+        # lab reads studies with PyTorch and the project's modules: -h and grading need neither
         from classroom.lab import assign_seeds, check_handins, ranges
 
         if cfg.assign:
@@ -169,13 +171,17 @@ def main():
     tasks = read_tasks()
     ids = chosen(cfg, tasks)
     if command == "student":
+        # the teacher's: not in a student copy, which runs this command too
         from classroom.student import student
 
         return student(folders[0], ids, tasks, ROOT)
+    # the teacher's: not in a student copy, which runs this command too
     from classroom import sandbox
+    # the teacher's: not in a student copy, which runs this command too
     from classroom.grade import limits_of, secret_of
 
     if command == "gradescope":
+        # the teacher's: not in a student copy, which runs this command too
         from classroom.platforms import gradescope, try_zip
 
         gradescope(folders[0], ids, tasks, secret_of(cfg), ROOT, cfg.timeout)
@@ -183,6 +189,7 @@ def main():
     limits_of(cfg)  # bad bounds and an unavailable sandbox refused before any work
     sandbox.choose(cfg.sandbox)
     if command == "grade-all":
+        # the teacher's: not in a student copy, which runs this command too
         from classroom.gradebook import grade_all
 
         return grade_all(folders[0], ids, tasks, cfg, ROOT)

@@ -27,6 +27,7 @@ the teacher's console and a hidden field of results.json do (classroom/report.py
 A Grader may grade several submissions at once from threads (grade-all), each with its slot.
 """
 
+import ast
 import hashlib
 import json
 import os
@@ -42,9 +43,9 @@ from pathlib import Path
 from classroom import copyflag, sandbox
 from classroom.report import plain, result
 from classroom.source import (Refused, copy_tree, find_function, fingerprint, parse_text,
-                              split_spec, take, take_snapshot, task_of, tests_command,
-                              submitted_function)
-from classroom.upload import UploadError, read_upload
+                              split_spec, submitted_function, take, take_snapshot, task_of,
+                              tests_command)
+from classroom.upload import UploadError, folders, holds, read_upload
 from common import UserError
 
 # what a task's copy leaves out: no test, no reference, no handout and none of the kit but the
@@ -77,7 +78,6 @@ def task_files(tasks):
 def stub_message(node):
     """The message of a function that is still its blank stub (its body, after the docstring,
     one `raise NotImplementedError(...)` of a constant), or None."""
-    import ast
 
     body = node.body[1:] if (node.body and isinstance(node.body[0], ast.Expr)
                              and isinstance(node.body[0].value, ast.Constant)
@@ -99,7 +99,6 @@ def choose_submission(sub, tasks, most=20):
     upload itself and alone): among the folders holding a task file (at most `most`, shallowest
     first), the one where most task functions are written (not their blank stubs), then the one
     holding most task files, then the shallowest. None when no folder holds a task file."""
-    from classroom.upload import folders, holds
 
     names, found = task_files(tasks), []
     for order, here in enumerate(folders(sub)):

@@ -40,9 +40,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
-from common import UserError, atomic_write_text, write_csv
 from classroom import copyflag
+from classroom.grade import Grader, choose_submission, limits_of, secret_of
 from classroom.report import NAME_CHARS, csv_cell, plain, student_output
+from common import UserError, atomic_write_text, write_csv
 
 
 def class_folders(folder):
@@ -114,7 +115,6 @@ def feedback_text(student, results, where=""):
 
 
 def grade_all(folder, ids, tasks, cfg, root):
-    from classroom.grade import Grader, limits_of, secret_of
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -221,7 +221,6 @@ def grade_all(folder, ids, tasks, cfg, root):
 
 def grade_one(grader, sub, ids, tasks, slot):
     """(the results, or None; why, when there are none). Only the checkout changing stops."""
-    from classroom.grade import choose_submission
 
     try:
         folder, where = choose_submission(sub, tasks)

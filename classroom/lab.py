@@ -6,18 +6,18 @@ range over the seeds: the expected ranges a teacher checks the lab against
 
 from pathlib import Path
 
-from common import UserError, write_csv
+import numpy as np
+
 from classroom.report import csv_cell, plain
+from common import UserError, read_json, write_csv, write_json
+from evaluate import excess
+from study.findings import entropy_onset, loss_at, measures, onset
+from study.plot import head_entropy_near, read_head_table
 
 
 def lab_numbers(run):
     """The numbers the lab asks for (classroom/lab.md), from one study folder."""
-    import numpy as np
 
-    from evaluate import excess
-    from study.findings import entropy_onset, loss_at, measures, onset
-    from study.plot import head_entropy_near, read_head_table
-    from common import read_json
 
     ev = Path(run) / "eval"
     res, pos = read_json(ev / "results.json"), read_json(ev / "positions.json")
@@ -67,7 +67,6 @@ def lab_numbers(run):
 
 def ranges(runs, cfg):
     """Print the lab's numbers of each study and their range; with cfg.json, write them."""
-    from common import read_json, write_json
 
     for r in runs:
         if not (Path(r) / "eval" / "results.json").exists():
@@ -109,7 +108,7 @@ KEY_SEEDS = range(1337, 1342)  # the seeds the expected ranges were measured on:
 def assign_seeds(students_csv, out, first=2001):
     """ranges --assign: a roster with one seed a student (from `first`, none of the key's), from
     a CSV with a `folder` column (the names the hand-ins carry)."""
-    from classroom.gradebook import read_roster
+    from classroom.gradebook import read_roster  # the teacher's: not in a student copy, as lab is
 
     roster, columns = read_roster(students_csv)
     if not out:
@@ -127,7 +126,6 @@ def assign_seeds(students_csv, out, first=2001):
 
 def read_handin(f):
     """(seed, {name: value}) of one hand-in; ValueError (why, in words) when it is not one."""
-    from common import read_json
 
     try:
         got = read_json(f)
@@ -157,8 +155,6 @@ def check_handins(folder, cfg):
     --roster (a `folder` and a `seed` column: ranges --assign makes one), the hand-in's seed
     must be the student's own; numbers equal to the key's or to another student's are flagged.
     A malformed hand-in is a row with its reason, never a stop."""
-    from common import read_json
-    from classroom.gradebook import read_roster
 
     if not EXPECTED.exists():
         raise UserError(
@@ -172,6 +168,8 @@ def check_handins(folder, cfg):
             f"{folder} holds no .json hand-in: each student runs "
             "python -m classroom ranges out/lab_S --json=NAME.json"
         )
+    from classroom.gradebook import read_roster  # the teacher's: not in a student copy, as lab is
+
     roster, columns = read_roster(cfg.roster)
     if roster and "seed" not in columns:
         raise UserError(f"--roster={cfg.roster} has no `seed` column: ranges --assign makes one")

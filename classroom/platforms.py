@@ -27,8 +27,11 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-from common import UserError
+import psutil
+
+from classroom.report import gradescope as results_json, zero_results
 from classroom.source import copy_tree, take_snapshot
+from common import UserError
 
 SETUP = r"""#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder's image (Ubuntu).
@@ -93,7 +96,6 @@ def local_torch():
 
 def gradescope(out, ids, tasks, secret, root, timeout):
     """Write Gradescope's autograder zip to out."""
-    from classroom.report import gradescope as results_json, zero_results
 
     out = Path(out)
     if out.suffix != ".zip":
@@ -296,7 +298,6 @@ def group_peak(group):
 
 def tree_memory(pid):
     """Resident bytes of pid and every process below it (psutil; shared pages counted in each)."""
-    import psutil
 
     try:
         procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)

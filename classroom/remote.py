@@ -28,7 +28,10 @@ in the judge.
 """
 
 import contextlib
+import inspect
+import io
 import os
+import struct
 import sys
 import time
 
@@ -60,8 +63,10 @@ def make_observer():
     """A context manager recording what a call made: `largest`, the most elements of any
     floating-point tensor an operation returned, `shape` its shape, and `sdpa`, whether a fused
     attention kernel (scaled_dot_product_attention, by any of its names) ran."""
-    import torch
+    import torch  # the worker sets its bounds before PyTorch loads (main)
+    # the worker sets its bounds before PyTorch loads (main)
     from torch.overrides import TorchFunctionMode
+    # the worker sets its bounds before PyTorch loads (main)
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Observer(TorchDispatchMode):
@@ -165,8 +170,8 @@ class Refs:
 def data_of(obj):
     """obj's data (tensors, arrays, numbers, strings, and containers of them); None for the
     rest (a model, an iterator, a context)."""
-    import numpy as np
-    import torch
+    import numpy as np  # the worker sets its bounds before PyTorch loads (main)
+    import torch  # the worker sets its bounds before PyTorch loads (main)
 
     if isinstance(obj, (list, tuple)):
         return type(obj)(data_of(x) for x in obj) if isinstance(obj, list) else tuple(
@@ -181,8 +186,8 @@ def data_of(obj):
 
 def same(a, b):
     """Whether b is a as the judge passed it: the same types and values, bit for bit."""
-    import numpy as np
-    import torch
+    import numpy as np  # the worker sets its bounds before PyTorch loads (main)
+    import torch  # the worker sets its bounds before PyTorch loads (main)
 
     if isinstance(a, torch.Tensor):
         return (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
@@ -216,7 +221,6 @@ class StandIn:
 
     def changed(self, args, kwargs, after):
         """The names of the arguments the call changed in place."""
-        import inspect
 
         try:
             bound = inspect.signature(self.project_version).bind(*args, **kwargs).arguments
@@ -261,7 +265,7 @@ class Pool:
 
     def kill(self):
         if self.proc is not None:
-            from classroom.sandbox import kill_tree
+            from classroom.sandbox import kill_tree  # the teacher's: not in a student copy
 
             kill_tree(self.proc.pid)  # the sandbox's first process and all it holds
             self.proc.wait()
@@ -493,16 +497,14 @@ class Server:
         return out
 
     def next_command(self):
-        import io
-        import struct
 
-        import torch
+        import torch  # the worker sets its bounds before PyTorch loads (main)
 
         (n,) = struct.unpack("<Q", self.read(8))
         return torch.load(io.BytesIO(self.read(n)), weights_only=True)
 
     def serve(self, tasks):
-        from classroom.sandbox import become_subreaper, kill_below
+        from classroom.sandbox import become_subreaper, kill_below  # not in a student copy
 
         become_subreaper()
         while True:
@@ -530,7 +532,7 @@ class Server:
 
 def run_task(tasks, tid, rfd, wfd):
     """In the task's process: the task's copy first on the path, then the calls until "end"."""
-    import torch
+    import torch  # the worker sets its bounds before PyTorch loads (main)
 
     here = os.path.join(tasks, os.path.basename(str(tid)))
     os.chdir(here)
@@ -544,7 +546,7 @@ def main():
     stdout, taken aside at once, so what the student's code prints (fd 1) goes to the log
     (fd 2) and what it reads from stdin is empty. It starts in one task's copy of the project
     (the kit's own modules are the same in each), beside the others, each named by its task."""
-    from classroom.sandbox import apply_limits
+    from classroom.sandbox import apply_limits  # the teacher's: not in a student copy
 
     if os.environ.get("NANONOPE_LIMITS"):
         apply_limits(os.environ["NANONOPE_LIMITS"])
@@ -552,7 +554,7 @@ def main():
     os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
     os.dup2(2, 1)
     import numpy  # noqa: F401  (imported once, before any fork)
-    import torch
+    import torch  # the worker sets its bounds before PyTorch loads (main)
 
     torch.set_num_threads(1)
     Server(rfd, wfd).serve(os.path.dirname(os.getcwd()))

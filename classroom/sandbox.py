@@ -40,12 +40,16 @@ process in it, one that called setsid included; the judge and the grader are chi
 (Linux), so orphans come back to them, and each kills what is left below it (psutil).
 """
 
+import ctypes
 import functools
 import os
+import re
 import shutil
+import site
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +85,7 @@ class Limits:
 def apply_limits(text):
     """In the worker, before anything else: the bounds NANONOPE_LIMITS names (Limits.env)."""
     try:
-        import resource
+        import resource  # Unix only: the kit imports on Windows too
     except ImportError:  # Windows: none
         return
     memory_mb, nproc, file_mb, cpu_s = (int(x) for x in text.split(","))
@@ -106,7 +110,7 @@ def apply_limits(text):
 def student_account():
     """(uid, gid) of STUDENT_USER, or None where it does not exist."""
     try:
-        import pwd
+        import pwd  # Unix only: the kit imports on Windows too
 
         entry = pwd.getpwnam(STUDENT_USER)
         return entry.pw_uid, entry.pw_gid
@@ -119,7 +123,7 @@ def worker_uid(slot=0):
     account = student_account()
     if account:
         return account
-    import pwd
+    import pwd  # Unix only: the kit imports on Windows too
 
     uid = WORKER_UID + 16 * (os.getpid() % 2048) + slot  # another grader's workers: other uids
     while True:
@@ -172,8 +176,6 @@ def python_paths():
     paths |= {v for k, v in sysconfig.get_paths().items() if k in ("stdlib", "platstdlib",
                                                                      "purelib", "platlib")}
     try:
-        import site
-
         paths |= set(site.getsitepackages())
         if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
             paths.add(site.getusersitepackages())
@@ -305,8 +307,6 @@ def unavailable(method):
             " (Debian: apt-get install bubblewrap)" if method == "bwrap" else "")
     if method == "unshare" and shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not installed"
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="nanonope_probe_") as tmp:
         copy = Path(tmp) / "task"
         copy.mkdir()
@@ -324,8 +324,6 @@ def unavailable(method):
             who = f" as uid {worker_uid()[0]}" if as_root() and method != "unshare" else ""
             why = f"{method} failed here{who}" + (f" ({lines[-1][:200]})" if lines else "")
             if as_root() and method in ("bwrap", "user") and "ermission denied" in done.stderr:
-                import re
-
                 where = re.search(r"source path (\S+?):", done.stderr)
                 where = where.group(1) if where else sys.executable
                 why += (f": that uid cannot reach {where} (a folder on the way is not open to "
@@ -336,7 +334,7 @@ def unavailable(method):
 
 def choose(requested):
     """(the method to use, a warning line or None); UserError if requested is not available."""
-    from common import UserError
+    from common import UserError  # the worker's probe reads this file alone (python -S)
 
     if requested not in METHODS:
         raise UserError(f"--sandbox={requested}: choose one of {', '.join(METHODS)}")
@@ -377,8 +375,6 @@ def become_subreaper():
     """Orphans of this process's children (a process that called setsid and whose parent died)
     come back to it, so kill_below finds them. Linux only; elsewhere nothing."""
     if sys.platform.startswith("linux"):
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
@@ -386,7 +382,7 @@ def kill_below(keep=()):
     """SIGKILL every process below this one except the processes in `keep` and those below
     them, until none is left (orphans come back to a subreaper as their parents die); returns
     how many were killed."""
-    import psutil
+    import psutil  # the worker's probe reads this file alone (python -S)
 
     me, killed = psutil.Process(), 0
     for _ in range(50):
@@ -416,7 +412,7 @@ def kill_below(keep=()):
 def kill_tree(pid):
     """SIGKILL a process and everything below it (a worker's sandbox: killing only its first
     process would leave what it started to the subreaper)."""
-    import psutil
+    import psutil  # the worker's probe reads this file alone (python -S)
 
     try:
         root = psutil.Process(pid)
@@ -432,7 +428,7 @@ def kill_tree(pid):
 
 
 def _alive(p):
-    import psutil
+    import psutil  # the worker's probe reads this file alone (python -S)
 
     try:
         return p.status() != psutil.STATUS_ZOMBIE

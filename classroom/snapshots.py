@@ -18,8 +18,10 @@ project's full checks and the teacher's seeds.
 """
 
 import contextlib
+import copy
 import io
 import json
+import lzma
 import math
 import os
 from pathlib import Path
@@ -159,9 +161,8 @@ def pytest_sessionfinish(session):
 
 def write(path, obj):
     """torch.save's bytes, xz-compressed (token rows compress 20x)."""
-    import lzma
 
-    import torch
+    import torch  # python -m classroom runs without PyTorch; recording and replay load it
 
     buf = io.BytesIO()
     torch.save(obj, buf)
@@ -170,9 +171,8 @@ def write(path, obj):
 
 def read(path):
     """What write() wrote, read with torch.load(weights_only=True): data only."""
-    import lzma
 
-    import torch
+    import torch  # python -m classroom runs without PyTorch; recording and replay load it
 
     return torch.load(io.BytesIO(lzma.decompress(Path(path).read_bytes())), weights_only=True)
 
@@ -192,7 +192,6 @@ def load(folder):
 def replay(name, calls):
     """Make each stored call of one check on the student's function; AssertionError (one line)
     at the first result that differs from the project's."""
-    import copy
 
     if not calls:
         raise AssertionError(f"{name}: no stored call (make the student copy again)")
@@ -270,7 +269,7 @@ def _replayed(items):
 
 def differs(got, want, what):
     """Where got (to_wire's form) differs from want, in words, or None."""
-    import torch
+    import torch  # python -m classroom runs without PyTorch; recording and replay load it
 
     if isinstance(want, tuple) and len(want) == 3 and want[0] == TAG:
         if not (isinstance(got, tuple) and len(got) == 3 and got[0] == TAG and got[1] == want[1]):

@@ -14,6 +14,7 @@ the tests call it as the project's, and a helper outside it is named in the refu
 import ast
 import builtins
 import hashlib
+import importlib
 import io
 import os
 import re
@@ -22,6 +23,8 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+
+import pathspec
 
 DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -42,7 +45,6 @@ def split_spec(spec):
 
 def owner(spec):
     """(the imported module or class that holds what spec names, the attribute's name)."""
-    import importlib
 
     path, qualname = split_spec(spec)
     obj = importlib.import_module(path.removesuffix(".py").replace("/", "."))
@@ -284,7 +286,6 @@ def in_git(root):
 def project_files(root):
     """The project's files outside git: relative paths, .git and what .gitignore names (git's
     own rules, by pathspec) left out."""
-    import pathspec
 
     root = Path(root)
     ignore = root / ".gitignore"

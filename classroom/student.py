@@ -15,16 +15,22 @@ classroom/platforms.py), and .classroom.json (which tasks are blank). It holds n
 Classroom 50's own shim is written into each student's repository when they accept.
 """
 
+import ast
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import tokenize
 from pathlib import Path
 
+from classroom.platforms import classroom50_runtime, classroom50_tests
+from classroom.snapshots import read
+from classroom.source import (blank, copy_tree, find_function, split_spec, take_snapshot,
+                              tests_command)
 from common import UserError
-from classroom.source import blank, copy_tree, split_spec, take_snapshot, tests_command
 
 MARK = ".classroom.json"  # written into a student copy: which tasks are blank
 TEACHER_ONLY = (
@@ -66,7 +72,6 @@ def record(snap, ids, tasks, out):
     done = subprocess.run(
         cmd, cwd=snap, env=env, capture_output=True, text=True, encoding="utf-8", errors="replace"
     )
-    from classroom.snapshots import read
 
     for t in ids:
         f = Path(out) / f"{t}.pt.xz"
@@ -116,7 +121,6 @@ function is graded: a helper goes inside it, and an import too.
 
 def dead_links_cut(copy):
     """Markdown links of the copy to files it does not hold (the teacher's) become plain text."""
-    import re
 
     link = re.compile(r"\[([^\]]*)\]\(([^)#\s]+)(#[^)]*)?\)")
     for f in Path(copy).rglob("*.md"):
@@ -134,7 +138,6 @@ def dead_links_cut(copy):
 
 
 def student(out, ids, tasks, root):
-    from classroom.platforms import classroom50_runtime, classroom50_tests
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -211,7 +214,6 @@ def student(out, ids, tasks, root):
 
 def _code_lines(text):
     """Each line of Python source without its comment, whitespace collapsed."""
-    import tokenize
 
     lines = text.splitlines()
     try:
@@ -228,9 +230,7 @@ def answer_lines(root, tasks, ids, shortest=25):
     """The code lines of the blanked bodies (after the docstring, comments dropped, whitespace
     collapsed, at least `shortest` characters), less those the project also holds outside the
     task functions: what must not appear in any text file of a student copy."""
-    import ast
 
-    from classroom.source import find_function
 
     bodies, outside = set(), set()
     specs = [split_spec(s) for t in ids for s in tasks[t]["functions"]]

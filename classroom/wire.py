@@ -20,6 +20,7 @@ import queue
 import struct
 import threading
 import time
+from dataclasses import asdict
 
 LIMIT = 64 << 20  # bytes a message may hold, and bytes the judge may build from one
 NODES = 1_000_000  # values the judge may build from one message
@@ -32,7 +33,7 @@ class WireError(Exception):
 
 
 def send(fd, obj):
-    import torch
+    import torch  # the worker sets its bounds before PyTorch loads (remote.main)
 
     buf = io.BytesIO()
     torch.save(obj, buf)
@@ -85,7 +86,7 @@ class Reader:
 def receive(reader, deadline=None):
     """The next message from a Reader; EOFError when the other side is gone, TimeoutError past
     deadline (time.monotonic()), WireError when it is not a message."""
-    import torch
+    import torch  # the worker sets its bounds before PyTorch loads (remote.main)
 
     (n,) = struct.unpack("<Q", reader.read(8, deadline))
     if n > LIMIT:
@@ -105,8 +106,8 @@ def receive(reader, deadline=None):
 def to_wire(obj, refs=None):
     """obj as plain data and tensors. refs (remote.Refs) lets models, iterators and precision
     contexts cross as stand-ins; without it (results, states) only data."""
-    import numpy as np
-    import torch
+    import numpy as np  # the worker sets its bounds before PyTorch loads (remote.main)
+    import torch  # the worker sets its bounds before PyTorch loads (remote.main)
 
     if obj is None or type(obj) in (bool, int, float, str):
         return obj
@@ -159,8 +160,8 @@ def from_wire(obj, make=None, budget=None, depth=0):
     """The inverse of to_wire. make(kind, payload) builds the stand-ins a call's arguments hold
     (the worker's); without it only data is accepted (the judge reading what came back), each
     value counted against budget (a fresh Budget when none is given)."""
-    import numpy as np
-    import torch
+    import numpy as np  # the worker sets its bounds before PyTorch loads (remote.main)
+    import torch  # the worker sets its bounds before PyTorch loads (remote.main)
 
     budget = Budget() if budget is None else budget
     budget.take()
@@ -210,7 +211,6 @@ def from_wire(obj, make=None, budget=None, depth=0):
 
 
 def model_state(model):
-    from dataclasses import asdict
 
     params = list(model.parameters())
     return {
@@ -224,7 +224,7 @@ def model_state(model):
 
 def load_model_state(model, state):
     """model takes state (model_state's), checked against model's own shapes."""
-    import torch
+    import torch  # the worker sets its bounds before PyTorch loads (remote.main)
 
     params = list(model.parameters())
     if (
@@ -245,6 +245,7 @@ def load_model_state(model, state):
 
 def models_of(states):
     """{number: a GPT rebuilt from model_state's data}: the models a call's arguments name."""
+    # the worker sets its bounds before PyTorch loads (remote.main)
     from model import GPT, GPTConfig
 
     models = {}
@@ -260,7 +261,7 @@ def models_of(states):
 
 
 def modes():
-    import torch
+    import torch  # the worker sets its bounds before PyTorch loads (remote.main)
 
     dtype = str(torch.get_autocast_dtype("cpu")).removeprefix("torch.")
     return {"grad": torch.is_grad_enabled(), "autocast": (torch.is_autocast_enabled("cpu"), dtype)}
@@ -268,7 +269,7 @@ def modes():
 
 def under(call):
     """A context that sets the modes captured in `call` (modes()'s keys)."""
-    import torch
+    import torch  # the worker sets its bounds before PyTorch loads (remote.main)
 
     enabled, dtype = call["autocast"]
     stack = contextlib.ExitStack()
@@ -279,7 +280,7 @@ def under(call):
 
 def context(kind, payload):
     """A contextlib.nullcontext or torch.autocast argument, made again from to_wire's payload."""
-    import torch
+    import torch  # the worker sets its bounds before PyTorch loads (remote.main)
 
     if kind == "nullcontext":
         return contextlib.nullcontext()

@@ -32,6 +32,7 @@ from importlib import metadata
 from pathlib import Path
 
 import numpy as np
+import tiktoken
 
 from common import UserError
 
@@ -137,7 +138,6 @@ class BpeTokenizer(TiktokenTokenizer):
     produces, so meta.json's vocab_size is N + 1."""
 
     def __init__(self, ranks, pattern, trainer=None):
-        import tiktoken
         if sorted(ranks.values()) != list(range(len(ranks))):
             raise ValueError("BPE ranks must be the ids 0..N-1")
         self.ranks, self.pattern, self.trainer = ranks, pattern, trainer
@@ -193,7 +193,7 @@ def train_bpe(texts, vocab_size):
     with rustbpe and its GPT-4 split pattern; rustbpe is imported only here."""
     check_bpe_size(vocab_size)
     try:
-        import rustbpe
+        import rustbpe  # an optional requirement: only learning a vocabulary needs it
     except ImportError:
         raise UserError("--tokenizer=bpe needs rustbpe: pip install rustbpe "
                         "(or use --tokenizer=char)") from None
@@ -211,7 +211,6 @@ def train_bpe(texts, vocab_size):
 def gpt2_encoding():
     """tiktoken's GPT-2 BPE. Its vocabulary file is downloaded on first use and cached."""
     try:
-        import tiktoken
         return tiktoken.get_encoding("gpt2")
     except Exception as e:
         raise UserError(f"could not load tiktoken's GPT-2 encoding ({type(e).__name__}; it is "
@@ -421,7 +420,7 @@ class Dataset:
         text those targets cover: total nats / (ln 2 * total bytes). Unlike nats per token it
         compares models with different tokenizers. At character level a character counts its
         UTF-8 bytes (the ASCII-only placeholder counts as its own 3); the start token counts 0."""
-        import torch
+        import torch  # the data scripts run without PyTorch
         if self._token_bytes is None:
             self._token_bytes = torch.from_numpy(self.tokenizer.token_bytes())
         targets = windows[:, 1:]
@@ -442,7 +441,7 @@ class Dataset:
 
     def passkey(self):
         """Passkey examples in this dataset's tokens and start-token mode."""
-        from data.passkey import Passkey
+        from data.passkey import Passkey  # its examples are tensors: the data scripts need none
         return Passkey(self.tokenizer, self.bos_id if self.bos else None)
 
     def _with_bos(self, xy):
@@ -467,7 +466,7 @@ class Dataset:
         x (B, block_size), targets y (B, block_size) = x shifted by one; x[:, 0] is the start
         token in bos mode. within_documents=True: every row inside one document, as the
         evaluation's windows are (HeadScale's fit rows), drawn evenly over the places one fits."""
-        import torch
+        import torch  # the data scripts run without PyTorch
         data = self.tokens[split]
         if len(data) <= block_size + 1:
             raise UserError(f"the {split} split ({len(data)} tokens) is shorter than "
@@ -488,7 +487,7 @@ class Dataset:
     def _starts_within_documents(self, split, count, n, generator):
         """`count` start indices of rows of n tokens that lie inside one document each, uniform over
         every such place in the split."""
-        import torch
+        import torch  # the data scripts run without PyTorch
         names, starts, lengths = self.docs(split)
         room = np.maximum(lengths - n + 1, 0)  # the places a row of n tokens fits in each document
         if room.sum() == 0:
@@ -535,7 +534,7 @@ class Dataset:
         protocol 3), so at no length does the scale search, or train.py's monitor, read a token
         the evaluation scores ("all" takes every document; study/overlap.py counts what is shared).
         count' = min(count, windows available); a shortfall is printed in one line."""
-        import torch
+        import torch  # the data scripts run without PyTorch
         offsets = self.window_offsets(length, count, seed, split, subset)
         data = self.tokens[split]
         rows = [data[o:o + length + 1].astype(np.int64) for o in offsets]

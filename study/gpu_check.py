@@ -44,6 +44,8 @@ if not __package__:  # run as a script, not imported: the repository's modules f
 
 from common import (MEMORY_LOG, ROOT, UserError, format_seconds, parse_config, read_json,
                        run_main, write_json)
+import torch
+from data import Dataset
 
 SMALL = (".json", ".csv", ".md", ".png", ".txt", ".log")  # what comes back; checkpoints (.pt) stay
 # The gpu-preset study on one H200 (docs/gpu/, 2026-12-04), to size its steps to the time left:
@@ -215,7 +217,6 @@ def main():
     if cfg.trial:
         env["CUDA_VISIBLE_DEVICES"] = ""  # the same steps on the CPU
     else:
-        import torch
         if not torch.cuda.is_available():
             raise UserError("no CUDA card here: the check is for one; "
                             "--trial runs its steps on the CPU")
@@ -231,7 +232,6 @@ def main():
         if not cfg.trial:
             chk.run("tiny_study", ["reproduce.py", *tiny, f"--out_dir={w}/tiny", "--notoken=false",
                                    "--slopes", "--lengths=1,2,4,8"], run_dir=f"{w}/tiny")
-        from data import Dataset
         ds = Dataset(cfg.dataset or "pystdlib", bos=True)
         n = ds.passkey().shortest()  # the first length at which a passkey example fits
         chk.run("passkey_train", ["train.py", *tiny, f"--out_dir={w}/passkey_train",

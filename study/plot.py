@@ -32,6 +32,9 @@ if not __package__:  # run as a script, not imported: the repository's modules f
 from common import UserError, length_name, parse_config, read_json, run_main
 from evaluate import excess, reference_of
 from study.findings import entropy_trend  # criterion (3)'s trend, drawn as findings.py fits it
+import matplotlib.colors as mc
+import matplotlib
+import matplotlib.pyplot as plt
 
 # Okabe & Ito (2008): distinguishable with every common colour-vision deficiency
 BLUE, SKY, VERMILLION, ORANGE, GREEN, PURPLE, YELLOW, BLACK = (
@@ -51,7 +54,6 @@ SMOOTH = 4         # per-position curves: a moving average over L/SMOOTH positio
 
 def shade(color, k):
     """Member k = 0, 1, 2 of a family: the family's colour, then lighter and darker."""
-    import matplotlib.colors as mc
     rgb = np.array(mc.to_rgb(color))
     return mc.to_hex({0: rgb, 1: rgb + (1 - rgb) * 0.45, 2: rgb * 0.6}[k % 3])
 
@@ -186,9 +188,7 @@ class Figures:
     """Draws into one folder, keeps the names it drew and says in one line what it skipped."""
 
     def __init__(self, out):
-        import matplotlib
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
         self.plt, self.out, self.drawn, self.skipped = plt, out, [], []
         plt.rcParams.update({"font.size": 9, "axes.titlesize": 10, "legend.fontsize": 8,
                              "axes.spines.top": False, "axes.spines.right": False})

@@ -33,6 +33,8 @@ if not __package__:  # run as a script, not imported: the repository's modules f
 from common import (ROOT, UserError, atomic_write_text, format_seconds, parse_config, read_json,
                        run_main, write_json)
 from study.stages import Stages, resume_or_restart
+from study import plot
+import subprocess
 
 CHAR, BPE = "pystdlib", "pystdlib_bpe{}"
 
@@ -133,7 +135,6 @@ def screen(cfg):
     table = screen_table(rows)
     atomic_write_text(os.path.join(cfg.out_dir, "screen.md"), table)
     print(table)
-    from study import plot  # the gap against training tokens, for recipes NAME, NAME_x2, ...
     plot.report(cfg.out_dir, *plot.draw_screen(os.path.join(cfg.out_dir, "screen.json")))
 
 
@@ -186,7 +187,6 @@ def core_seconds(run):
 
 
 def studies(cfg):
-    import subprocess
     rows = []
     for recipe in cfg.recipes:
         runs = [os.path.join(cfg.out_dir, f"{recipe}_s{seed}") for seed in cfg.seeds]
