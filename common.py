@@ -1,10 +1,10 @@
 """
-The plumbing every script shares, none of it the paper's method:
-  - configuration: a dataclass of defaults, a preset file (config/NAME.py), then
-    --key=value overrides
-  - device and precision (autocast, float16's gradient scaler)
+The ground floor every script stands on, none of it the paper's method:
+  - options: a dataclass of defaults, a preset (config/NAME.py), then --key=value, by argparse
+  - device and precision (autocast, float16's gradient scaler), and DDP's processes
   - atomic text, JSON and CSV files (always UTF-8) and the one-line progress report
   - one-line errors for bad input (UserError, run_main)
+  - the learning-rate schedule, lengths in units of L, position bins
 The measurement lives in evaluate.py, the dataset format in data/__init__.py. PyTorch is
 imported where a tensor or a device is made, so -h, a refused option and the data scripts
 answer without it.
@@ -16,6 +16,7 @@ import contextlib
 import csv
 import dataclasses
 import difflib
+import gc
 import inspect
 import io
 import json
@@ -27,6 +28,8 @@ import time
 import tokenize
 import typing
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent  # the repository
 
@@ -330,6 +333,87 @@ def grad_scaler(dtype):
     return torch.amp.GradScaler("cuda", enabled=dtype == "float16")
 
 
+def optimizer_step(model, optimizer, scaler, grad_clip):
+    """One update from the accumulated gradients, unscaled first under float16 so that the clip
+    sees their true norm. Returns the norm, left on the device (reading it would make the CPU
+    wait for the card every step), or None without a clip."""
+    import torch  # the ground floor without PyTorch: -h, a refused option, the data scripts
+
+    norm = None
+    if grad_clip > 0:
+        scaler.unscale_(optimizer)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    scaler.step(optimizer)  # skipped if float16 gradients overflowed; the scale then drops
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return norm
+
+
+
+# -----------------------------------------------------------------------------
+# Processes: one, or one a card under torchrun (DDP)
+
+def start_processes(device_asked):
+    """One process, or one per card under torchrun (DDP: each takes cuda:LOCAL_RANK, nccl; or the
+    CPU with --device=cpu, gloo). Returns (ddp, rank, world, device)."""
+    import torch  # the ground floor without PyTorch: -h, a refused option, the data scripts
+
+    if torch.cuda.is_available():  # TF32 matmuls where float32 is asked for (Ampere and later)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    if int(os.environ.get("RANK", -1)) == -1:
+        return False, 0, 1, pick_device(device_asked)
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    if device_asked not in ("auto", "cuda", "cpu"):
+        raise UserError(f"under torchrun --device={device_asked} cannot be honoured: each process "
+                        "takes cuda:LOCAL_RANK; use --device=auto, cuda or cpu (choose cards with "
+                        "CUDA_VISIBLE_DEVICES)")
+    if device_asked == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device=cuda but CUDA is not available here; use --device=auto")
+    cuda = torch.cuda.is_available() and device_asked != "cpu"
+    torch.distributed.init_process_group(backend="nccl" if cuda else "gloo")
+    device = f"cuda:{local_rank}" if cuda else "cpu"
+    if cuda:
+        torch.cuda.set_device(device)
+    return True, rank, int(os.environ["WORLD_SIZE"]), device
+
+
+def wrap(model, compile_it, ddp, device):
+    """The model as a training loop calls it: compiled (--compile), then data parallel."""
+    import torch  # the ground floor without PyTorch: -h, a refused option, the data scripts
+
+    if compile_it:
+        model = torch.compile(model)
+    if ddp:
+        device_ids = [int(device.split(":")[1])] if device.startswith("cuda") else None
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+    return model
+
+
+def finite_everywhere(value, ddp, device):
+    """Whether `value` is finite in every process. Under DDP all stop together: a process that
+    raised alone would leave the others waiting for it at the next gradient all-reduce."""
+    if not ddp:
+        return math.isfinite(value)
+    import torch  # the ground floor without PyTorch: -h, a refused option, the data scripts
+
+    ok = torch.tensor(float(math.isfinite(value)), device=device)
+    torch.distributed.all_reduce(ok, op=torch.distributed.ReduceOp.MIN)
+    return bool(ok.item())
+
+
+def end_processes(wait):
+    """DDP teardown. After a finished run every rank waits (wait=True) while rank 0 writes its last
+    files; after an error none waits, as another process may be gone. The DDP wrapper (its reducer
+    holds the process group and gloo's worker threads) must be freed before the group, not at
+    interpreter exit, where gloo aborted a process now and then ("terminate called ...")."""
+    import torch  # the ground floor without PyTorch: -h, a refused option, the data scripts
+
+    if wait:
+        torch.distributed.barrier()
+    gc.collect()
+    torch.distributed.destroy_process_group()
+
+
 # -----------------------------------------------------------------------------
 # Files: every result is written atomically (temporary file, then rename), in UTF-8 whatever the
 # locale (Windows' default would fail on the report's "λ")
@@ -430,3 +514,12 @@ def default_tail(train_len):
     """The paper scores the last 256 tokens of each window at L = 2048, i.e. L/8;
     for small L we keep that proportion (at least 1 token, at most 256)."""
     return int(min(256, max(1, train_len // 8)))
+
+
+def binned(values, width):
+    """Mean over consecutive bins of `width` positions along the last axis; bin centres (1-based:
+    position i is index + 1, and position i's loss is its prediction of token i + 1)."""
+    values = np.asarray(values)
+    nb = values.shape[-1] // width
+    centers = (np.arange(nb) + 0.5) * width + 0.5
+    return centers, values[..., :nb * width].reshape(*values.shape[:-1], nb, width).mean(-1)

@@ -3,28 +3,18 @@ Measure checkpoints past their training length L: the study's one measurement, d
 
     python evaluate.py --ckpts=nope=out/nope/ckpt.pt,rope=out/rope/ckpt.pt --out_dir=out/eval
     python evaluate.py --ckpts=nope_window_L=out/nope/ckpt.pt --context=128 --out_dir=out/eval
-    python study/plot.py --eval_dir=out/eval --search_dir=out/nope/scales  # figures from the files
 
-For each checkpoint and each length n (default L, 1.5L, 2L, 3L, 4L, 8L, 16L), on the same
-fixed, seeded validation windows (each inside one document, none overlapping, from the "eval"
-documents that neither the scale search nor train.py's monitor reads; a model trained with the
-start token reads it at position 0, and every model scores the same target tokens):
-  - loss: the plain mean over every position of the windows (nats per token)
-  - tail_loss: the paper's metric, only the last `tail` tokens of each n-token window scored
-    (the paper: 256 of 2048, here L/8 by default), i.e. tokens that see ~n tokens of context
-  - excess: a row's loss minus that of the same model reading only its last L positions
-    (REFERENCE below) at the same length, on the same windows: what the long context costs
-  - per-position loss up to the longest length, and attention entropy in bits per
-    (layer, head, position) with the uniform bound log2(i), from the same pass over the same
-    windows (the explicit softmax path)
-  - text samples continuing a prompt of 3L tokens
-Results merge into out_dir/results.json by method name, so several runs (e.g. one with
---context) build one table. study/plot.py draws the figures from the saved files alone.
-train.py's validation monitor and search_scales.py's grid call the same measure() below.
+Each checkpoint at each length n, on the same fixed, seeded windows of the "eval" documents
+(which the scale search and train.py's monitor never read): loss, the mean over every position
+(nats per token); tail_loss, the paper's metric (the last L/8 tokens of each window); the loss
+per position and the attention entropy per (layer, head, position) from one pass at the longest
+length; a text sample. Rows merge into out_dir/results.json, each with its facts (facts) and
+its reference (reference_of); a row's excess over that reference is excess(), the share a remedy
+takes back taken_back(). Tables: study/tables.py; figures: study/plot.py, from the files alone.
+train.py's monitor and search_scales.py's grid call the same measure().
 """
 
 import contextlib
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -33,18 +23,15 @@ import numpy as np
 import torch
 
 import families  # noqa: F401  (registers the families past the paper: their checkpoints load)
-from common import (UserError, atomic_write_text, autocast, default_tail, length_list, length_name,
-                    parse_ckpts, parse_config, pick_device, pick_dtype, read_json, run_main,
-                    write_csv, write_json)
+from common import (UserError, autocast, binned, default_tail, length_list, parse_ckpts,
+                    parse_config, pick_device, pick_dtype, read_json, run_main, write_json)
 from data import Dataset
 from families import arch_of
 from model import load_checkpoint
 
-# What a measurement means. Bump it when that changes (the start token, the windows, the
-# metrics): evaluate.py refuses to merge results of another version, and reproduce.py reruns
-# every stage whose stamp records another. 2: start token, eval/search windows disjoint at each
-# length. 3: the validation documents divided once between the search (and train.py's monitor)
-# and the evaluation, so no evaluated token is read by either; HeadScale's rows inside documents.
+# What a measurement means, bumped when it changes: results of another are never merged, and
+# reproduce.py reruns their stages. 2: the start token. 3: the validation documents divided once
+# between the search and train.py's monitor and the evaluation: no evaluated token read by either.
 PROTOCOL = 3
 
 
@@ -58,15 +45,12 @@ class EvalConfig:
         default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0])
     windows: int = 64                   # windows per length (fixed, seeded, inside documents)
     tail: int = 0                       # tail metric's tokens (0 = L/8, the paper's 256/2048)
-    context: int = 0                    # context limit W: each token reads only its last W
-                                        # positions, the start token among them (0 = all)
-    context_mode: str = "recompute"     # recompute (sub-windows of W tokens: exact) | mask
-                                        # (sliding-window mask)
+    context: int = 0                    # each token reads only its last W positions (0 = all)
+    context_mode: str = "recompute"     # recompute (sub-windows of W tokens) | mask (a window)
     rope_scaling: str = ""              # RoPE, zero-shot: pi | ntk | yarn ('' = as trained)
     rope_factors: str = ""              # rope_factors.json: search_scales.py's best factors
                                         # per length ('' or a length not in it: factor n / L)
     entropy: bool = True                # attention entropy at the longest length
-                                        # (explicit path, same windows)
     entropy_rows: list[str] = field(  # with entropy: only these of --ckpts' names ('' = all)
         default_factory=list)
     bin: int = 0                        # position bin width for curves (0 = L/16)
@@ -77,22 +61,12 @@ class EvalConfig:
     seed: int = 1234                    # windows and samples
     device: str = "auto"                # auto | cpu | cuda | mps
     dtype: str = "auto"                 # auto | float32 | bfloat16 | float16
-                                        # (auto on CUDA: bf16 where native, else fp16)
     preset: str = ""                    # the preset used (set by --preset=NAME)
 
 
-def scales_of(model):
-    """null (all ones), one number (uniform), or the (layer x head) table."""
-    return _table(model.get_head_scales(), plain=1)
-
-
-def slopes_of(model):
-    """The slopes a of lam(i) = head_scale (1 + a ln(max(i, L) / L)): null (all zero: a constant
-    lambda), one number (the same for every head), or the (layer x head) table."""
-    return _table(model.get_head_slopes(), plain=0)
-
-
-def _table(t, plain):
+def table_of(t, plain):
+    """A model's lambda (plain=1) or slopes (plain=0) as results.json records them: None (all
+    plain), one number (the same for every head), or the (layer x head) table."""
     if torch.all(t == plain):
         return None
     if torch.all(t == t.flatten()[0]):
@@ -190,57 +164,35 @@ def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=No
     return out
 
 
-def binned(values, width):
-    """Mean over consecutive bins of `width` positions along the last axis; bin centres (1-based:
-    position i is index + 1, and position i's loss is its prediction of token i + 1)."""
-    values = np.asarray(values)
-    nb = values.shape[-1] // width
-    centers = (np.arange(nb) + 0.5) * width + 0.5
-    return centers, values[..., :nb * width].reshape(*values.shape[:-1], nb, width).mean(-1)
-
-
 # -----------------------------------------------------------------------------
 # Evaluating checkpoints
 
-def rope_factor_for(cfg, n, L):
-    """The RoPE extension factor used at length n: the searched best, else n / L (at least 1)."""
-    if cfg.rope_factors:
-        best = read_json(cfg.rope_factors)["methods"].get(cfg.rope_scaling, {})
-        for s in best.values():
-            if s["length"] == n:
-                return s["best_factor"]
-    return max(1.0, n / L)
-
-
 def set_length(model, cfg, n, L):
-    """Per-length settings: the RoPE extension factor for zero-shot rows. Returns it (or None)."""
+    """A zero-shot RoPE row's factor at length n (--rope_scaling): the best of study/rope_grid.py
+    there (--rope_factors), else n / L, at least 1. Returns it (None for every other row)."""
     if not cfg.rope_scaling:
         return None
-    model.config.rope_factor = rope_factor_for(cfg, n, L)  # the tables follow the config
+    best = read_json(cfg.rope_factors)["methods"][cfg.rope_scaling] if cfg.rope_factors else {}
+    found = [s["best_factor"] for s in best.values() if s["length"] == n]
+    model.config.rope_factor = found[0] if found else max(1.0, n / L)  # the tables follow it
     return model.config.rope_factor
 
 
 def facts(model, ckpt, rope_scaling=""):
-    """What a row is, recorded where it is made (plots and findings read these, never a row's
-    name): `model`, the trained model it reads (train.py's model_name: the run's folder, kept by
-    a fine-tune or conversion that keeps the architecture); `remedy`, what was done to it since
-    (search_scales.py's scales: uniform, headscale, layerscale, uniform_fit, headslope, ...,
-    logn, slope_grid; a RoPE extension, zero-shot or fine-tuned: pi_zeroshot, yarn_ft, ...; Llama
-    4's temperature: llama4; None: the model as trained); `variant`, the fit's tag (noclamp,
-    noinit); `fit_length`, the length it was fitted or fine-tuned at (tokens)."""
+    """What a row is, recorded where it is made, for plots and findings to read (never a row's
+    name): model, the trained model it reads (train.py's model_name); remedy, what was done to it
+    since (uniform, headscale, headslope, logn, ...: search_scales.py's; pi_zeroshot, yarn_ft:
+    RoPE stretched; llama4; None); variant, the fit's tag (noclamp); fit_length (tokens)."""
     s, c = ckpt.get("scales") or {}, model.config
-    method = s.get("method")
-    remedy = {"head": "headscale", "layer": "layerscale"}.get(method, method)
-    if method == "uniform" and "steps" in s:  # one lambda fitted by gradient, not the grid's
-        remedy = "uniform_fit"
-    if method == "set_slope":
-        remedy = {"logn": "logn", "grid": "slope_grid"}.get(s["value"], "slope")
+    remedy = {"head": "headscale", "layer": "layerscale",  # "uniform" fitted, not the grid's:
+              "uniform": "uniform_fit" if "steps" in s else "uniform",
+              "set_slope": {"logn": "logn", "grid": "slope_grid"}.get(s.get("value"), "slope")
+              }.get(s.get("method"), s.get("method"))
     fit_length = s.get("length")
     if rope_scaling:  # evaluate.py --rope_scaling: the RoPE twin stretched, zero-shot
         remedy = f"{rope_scaling}_zeroshot"
     elif c.family == "rope_scaled":  # fine-tuned with its extension, at the run's length
-        remedy = f"{c.rope_scaling}_ft"
-        fit_length = ckpt.get("config", {}).get("model", {}).get("block_size")
+        remedy, fit_length = f"{c.rope_scaling}_ft", ckpt["config"]["model"].get("block_size")
     elif getattr(c, "nope_temp", 0) and not remedy:
         remedy = "llama4"
     return {"model": ckpt.get("model_name"), "remedy": remedy,
@@ -254,7 +206,8 @@ def evaluate_model(name, model, ckpt, ds, cfg, L, ctx, dtype):
     width = cfg.bin or max(1, L // 16)
     res = {"context": window, "context_mode": cfg.context_mode if window else None, "bos": ds.bos,
            "lengths": [], "loss": [], "bpb": [], "tail_loss": [], "tokens": [], "tail_tokens": [],
-           "windows": [], "scales": scales_of(model), "slopes": slopes_of(model),
+           "windows": [], "scales": table_of(model.get_head_scales(), 1),
+           "slopes": table_of(model.get_head_slopes(), 0),
            "pos_encoding": model.config.pos_encoding, "arch": arch_of(model.config),
            "temp": getattr(model.config, "nope_temp", 0) or None, "dtype": dtype,
            **facts(model, ckpt, cfg.rope_scaling)}
@@ -264,31 +217,27 @@ def evaluate_model(name, model, ckpt, ds, cfg, L, ctx, dtype):
         factors.append(set_length(model, cfg, n, L))
         windows = ds.windows(n, cfg.windows, seed=cfg.seed, subset="eval")
         longest = n == lengths[-1]
-        # the longest length also gives the per-position curve and, on the explicit path in the
-        # same pass, the attention entropy: loss and entropy from the same windows
-        with_entropy = (cfg.entropy and longest
-                        and (not cfg.entropy_rows or name in cfg.entropy_rows))
+        # the longest length also gives the per-position curve and the attention entropy
+        with_entropy = cfg.entropy and longest and name in (cfg.entropy_rows or [name])
         m = measure(model, windows, cfg.batch_size, ctx, context=window,
                     context_mode=cfg.context_mode, entropy=with_entropy, chunk=cfg.chunk)
         res["lengths"].append(n)
         res["loss"].append(round(float(m["loss"].mean()), 5))
-        # bits per byte: compares tokenizers
-        res["bpb"].append(round(ds.bits_per_byte(m["loss"].mean(), windows), 5))
+        res["bpb"].append(round(ds.bits_per_byte(m["loss"].mean(), windows), 5))  # any tokenizer
         res["tail_loss"].append(round(float(m["loss"][-tail:].mean()), 5))
         res["tokens"].append(m["tokens"])
         res["tail_tokens"].append(m["windows"] * tail)
         res["windows"].append(m["windows"])
         print(f"{name:>24} n={n:5d}: loss {res['loss'][-1]:.4f} ({res['bpb'][-1]:.3f} bits/byte) "
-              f"tail {res['tail_loss'][-1]:.4f} "
-              f"({m['tokens']:,} tokens{', entropy' if m['entropy'] is not None else ''}, "
-              f"{time.time() - t0:.1f}s)", flush=True)
+              f"tail {res['tail_loss'][-1]:.4f} ({m['tokens']:,} tokens"
+              f"{', entropy' if m['entropy'] is not None else ''}, {time.time() - t0:.1f}s)",
+              flush=True)
     if cfg.rope_scaling:
         res["scales"] = factors  # the extension factor at each length
     centers, values = binned(m["loss"], width)
     positions = {"length": lengths[-1], "bin": width, "windows": m["windows"],
                  "positions": centers.tolist(), "loss": np.round(values, 5).tolist(),
-                 # unbinned: position i = index + 1
-                 "loss_per_position": np.round(m["loss"], 4).tolist()}
+                 "loss_per_position": np.round(m["loss"], 4).tolist()}  # position i: index + 1
     entropy = None
     if m["entropy"] is not None:
         centers, ent = binned(m["entropy"], width)  # (n_layer, n_head, bins)
@@ -296,25 +245,24 @@ def evaluate_model(name, model, ckpt, ds, cfg, L, ctx, dtype):
         bound = binned(np.log2(np.arange(1, lengths[-1] + 1)), width)[1]  # (bins,)
         entropy = {"length": lengths[-1], "bin": width, "windows": m["windows"],
                    "positions": centers.tolist(), "entropy_bits": np.round(ent, 4).tolist(),
-                   "bound_bits": bound.round(4).tolist(),
-                   # unbinned, mean over each layer's heads: (n_layer, n), position i = index + 1
+                   "bound_bits": bound.round(4).tolist(),  # and unbinned, each layer's mean:
                    "layer_bits_per_position": np.round(m["entropy"].mean(1), 4).tolist()}
     return res, positions, entropy
 
 
 def sample(model, ds, cfg, L, device):
     """Continue a 3L-token validation prompt, so the model writes well past L."""
-    set_length(model, cfg, 4 * L, L)
-    # the prompt starts with bos
+    set_length(model, cfg, 4 * L, L)  # a zero-shot RoPE row: its factor at 4L
     prompt = ds.windows(3 * L, 1, seed=cfg.seed + 2, subset="eval")[:, :3 * L].to(device)
     g = torch.Generator(device=device).manual_seed(cfg.seed)
     out = model.generate(prompt, cfg.sample_tokens, temperature=0.8, window=cfg.context or None,
                          generator=g)
-    return ds.decode(prompt[0, -200:].tolist()), ds.decode(out[0, 3 * L:].tolist())
+    return {"prompt_tail": ds.decode(prompt[0, -200:].tolist()),
+            "continuation": ds.decode(out[0, 3 * L:].tolist())}
 
 
 # -----------------------------------------------------------------------------
-# Tables, from the saved files alone (study/plot.py draws the figures)
+# A row's reference, its excess over it (T6) and the share of that a remedy takes back
 
 def reference_of(results, name):
     """The row a method is compared with at each length: the same trained model (the row's
@@ -356,71 +304,30 @@ def taken_back(results, name, base, n):
 
         taken_back = (excess_base(n) - excess_name(n)) / excess_base(n)
 
-    (the README's "HeadScale takes back 31%": base nope, name nope_headscale_4L, n = 4L). 1: the
-    remedy reads as well as its last L alone; 0: no better than base; < 0: worse. It means
-    something where base has an excess to take back (> 0); nan where it has none, None where
-    either excess was not measured."""
+    (the README's "HeadScale takes back 31%": base nope, name nope_headscale_4L, n = 4L). 1: as
+    good as reading its last L alone; 0: no better than base. nan where base has no excess,
+    None where either excess was not measured."""
     a, b = excess(results, base).get(n), excess(results, name).get(n)
     if a is None or b is None:
         return None
     return (a - b) / a if a else float("nan")
 
 
-def write_tables(out, results):
-    L = results["train_len"]
-    rows, lines = [], []
-    lengths = sorted({n for m in results["methods"].values() for n in m["lengths"]})
-    head = "| method | " + " | ".join(length_name(n / L) for n in lengths) + " |"
-    rule = "|---|" + "---:|" * len(lengths)
-    tables = (("Tail-metric perplexity (the paper's protocol)", "tail_loss",
-               lambda v: f"{math.exp(v):.2f}"),
-              ("Mean loss over all positions (nats/token)", "loss", lambda v: f"{v:.3f}"))
-    for title, key, fmt in tables:
-        lines += [f"**{title}**, L = {L}", "", head, rule]
-        for name, m in results["methods"].items():
-            by_n = dict(zip(m["lengths"], m[key]))
-            cells = [fmt(by_n[n]) if n in by_n else "" for n in lengths]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines.append("")
-    lines += ["**Excess over a model of the same kind reading only its last L positions** (mean "
-              "loss minus that of nope_window_L, rope_window_L or nope_notoken_window_L at the "
-              "same length, on the same windows; nats/token: what the long context costs the "
-              f"row), L = {L}", "", head, rule]
-    for name in results["methods"]:
-        ex = excess(results, name)
-        if ex:
-            cells = [f"{ex[n]:+.3f}" if n in ex else "" for n in lengths]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lines.append("")
-    for name, m in results["methods"].items():
-        for i, n in enumerate(m["lengths"]):
-            rows.append([name, n, "mean", m["loss"][i], round(math.exp(m["loss"][i]), 4),
-                         m["tokens"][i]])
-            rows.append([name, n, "tail", m["tail_loss"][i], round(math.exp(m["tail_loss"][i]), 4),
-                         m["tail_tokens"][i]])
-    write_csv(os.path.join(out, "results.csv"), rows,
-              ["method", "length", "protocol", "loss", "perplexity", "tokens"])
-    table = "\n".join(lines)
-    atomic_write_text(os.path.join(out, "table.md"), table)
-    return table
-
-
 # -----------------------------------------------------------------------------
+# Checking the input, then the script
 
 def check(cfg):
     """The settings that need no checkpoint, checked first: a mistake is said before any work."""
-    for k in ("windows", "batch_size", "chunk"):
-        if getattr(cfg, k) <= 0:
-            raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}")
-    if cfg.context < 0:
-        raise UserError(f"--context must be >= 0 (0 = no limit), got {cfg.context}")
-    if cfg.context_mode not in ("recompute", "mask"):
-        raise UserError(f"--context_mode must be recompute or mask, got {cfg.context_mode!r}")
-    if cfg.rope_scaling not in ("", "pi", "ntk", "yarn"):
-        raise UserError(f"--rope_scaling must be pi, ntk or yarn, got {cfg.rope_scaling!r}")
+    for k in ("windows", "batch_size", "chunk", "context"):
+        if getattr(cfg, k) < (0 if k == "context" else 1):
+            raise UserError(f"--{k} must be > 0 (--context: >= 0), got {getattr(cfg, k)}")
+    for k, allowed in (("context_mode", ("recompute", "mask")),
+                       ("rope_scaling", ("", "pi", "ntk", "yarn"))):
+        if getattr(cfg, k) not in allowed:
+            raise UserError(f"--{k} must be one of {allowed}, got {getattr(cfg, k)!r}")
     if cfg.rope_factors and not os.path.exists(cfg.rope_factors):
-        raise UserError(f"--rope_factors={cfg.rope_factors} does not exist; run search_scales.py "
-                        "--rope_grid first")
+        raise UserError(f"--rope_factors={cfg.rope_factors} does not exist; run "
+                        "study/rope_grid.py first")
 
 
 def check_models(cfg, models):
@@ -429,27 +336,23 @@ def check_models(cfg, models):
     if len(shapes) > 1:
         raise UserError("these checkpoints do not share a training length and vocabulary "
                         f"{sorted(shapes)}; evaluate them into separate --out_dir folders")
-    L = shapes.pop()[0]
     if cfg.rope_scaling and any(m.config.pos_encoding != "rope" for m, _ in models.values()):
-        raise UserError("--rope_scaling applies to RoPE checkpoints only; evaluate NoPE ones in "
-                        "another run")
+        raise UserError("--rope_scaling stretches RoPE: evaluate other checkpoints in another run")
     # each model reads the dataset in its own start-token mode; all score the same target tokens
     data = {name: Dataset.for_model(model.config, ckpt, cfg.dataset)
             for name, (model, ckpt) in models.items()}
     if len({(d.name, d.meta.get("sha256")) for d in data.values()}) > 1:
         raise UserError("these checkpoints were trained on different datasets; pass --dataset=NAME "
                         "or evaluate them into separate --out_dir folders")
-    return L, data
+    return shapes.pop()[0], data
 
 
 def main():
     cfg = parse_config(EvalConfig, section="evaluate", description=__doc__)
     check(cfg)
     ckpts = parse_ckpts(cfg.ckpts)
-    unknown = [r for r in cfg.entropy_rows if r not in ckpts]
-    if unknown:
-        raise UserError(f"--entropy_rows names {', '.join(unknown)}, not among --ckpts "
-                        f"({', '.join(ckpts)})")
+    if unknown := [r for r in cfg.entropy_rows if r not in ckpts]:
+        raise UserError(f"--entropy_rows names {', '.join(unknown)}, not among --ckpts")
     device = pick_device(cfg.device)
     dtype = pick_dtype(cfg.dtype, device)
     ctx = autocast(device, dtype)
@@ -461,50 +364,36 @@ def main():
         models = {name: load_checkpoint(path, device, family="rope_scaled",
                                         rope_scaling=cfg.rope_scaling)
                   for name, path in ckpts.items()}
-    dataset = next(iter(data.values())).name
     length_list(cfg.lengths, L)  # validates
-    protocol = {"dataset": dataset, "train_len": L, "windows": cfg.windows, "seed": cfg.seed,
-                "tail": cfg.tail or default_tail(L), "protocol": PROTOCOL}
+    protocol = {"dataset": next(iter(data.values())).name, "train_len": L, "windows": cfg.windows,
+                "seed": cfg.seed, "tail": cfg.tail or default_tail(L), "protocol": PROTOCOL}
     paths = {k: os.path.join(cfg.out_dir, f"{k}.json")
              for k in ("results", "positions", "entropy", "samples")}
-    old = read_json(paths["results"]) if os.path.exists(paths["results"]) else None
-    if old and {k: old.get(k) for k in protocol} != protocol:
+    stores = {k: read_json(p) if os.path.exists(p) else {} for k, p in paths.items()}
+    results = stores.pop("results") or (protocol | {"methods": {}})
+    if {k: results.get(k) for k in protocol} != protocol:
         raise UserError(f"{paths['results']} was measured with other settings "
-                        f"({ {k: old.get(k) for k in protocol} }, now {protocol}); "
+                        f"({ {k: results.get(k) for k in protocol} }, now {protocol}); "
                         "use another --out_dir")
-    results = old or (protocol | {"methods": {}})
-    stores = {k: read_json(p) if os.path.exists(p) else {}
-              for k, p in paths.items() if k != "results"}
     for name, (model, ckpt) in models.items():
-        ds = data[name]
-        res, positions, entropy = evaluate_model(name, model, ckpt, ds, cfg, L, ctx, dtype)
+        res, positions, entropy = evaluate_model(name, model, ckpt, data[name], cfg, L, ctx, dtype)
         results["methods"][name] = {"ckpt": os.path.abspath(ckpts[name])} | res
         for row in results["methods"]:  # every row's reference, among the rows measured so far
             results["methods"][row]["reference"] = reference_of(results, row)
         stores["positions"][name] = positions
-        # a row measured again keeps nothing of its earlier measurement
-        stores["entropy"].pop(name, None)
-        stores["samples"].pop(name, None)
+        for store in (stores["entropy"], stores["samples"]):  # nothing of an earlier measurement
+            store.pop(name, None)
         if entropy:
             stores["entropy"][name] = entropy
         if cfg.samples:
-            prompt, text = sample(model, ds, cfg, L, device)
-            stores["samples"][name] = {"prompt_tail": prompt, "continuation": text}
+            stores["samples"][name] = sample(model, data[name], cfg, L, device)
         # write after every model: an interrupted run keeps what it measured
         write_json(paths["results"], results)
         for k, v in stores.items():
             if v or os.path.exists(paths[k]):
                 write_json(paths[k], v)
-    table = write_tables(cfg.out_dir, results)
-    if stores["samples"]:
-        md = ["# Samples: each model continues the same prompt of 3L tokens", ""]
-        prompt_tail = next(iter(stores["samples"].values()))["prompt_tail"]
-        md += ["**prompt (last 200 tokens):**", "```", prompt_tail, "```"]
-        for name, s in stores["samples"].items():
-            md += [f"**{name}:**", "```", s["continuation"], "```"]
-        atomic_write_text(os.path.join(cfg.out_dir, "samples.md"), "\n".join(md) + "\n")
-    print(table)
-    print(f"figures: python study/plot.py --eval_dir={cfg.out_dir}")
+    print(f"tables: python study/tables.py {cfg.out_dir}; figures: python study/plot.py "
+          f"--eval_dir={cfg.out_dir}")
 
 
 if __name__ == "__main__":

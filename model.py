@@ -1,21 +1,13 @@
 """
 nanoNoPE model: a GPT with *no* position encoding (NoPE), the model of Wang, Ji et al. (2024),
-"Length Generalization of Causal Transformers without Position Encoding" (arXiv 2404.12224).
-
-It is nanoGPT's GPT-2 (pre-LayerNorm blocks, GELU MLP, tied embeddings) with the position
-embedding `wpe` removed: the causal mask alone tells a token where it is. Everything the paper
-changes inside the model is one factor on the attention logits, in CausalSelfAttention.attend:
-
-    softmax(lam_h q_i.k_j / sqrt(d))     # one lam per head: UniformScale, HeadScale
-
-lam comes from query_scale() (piece T1), a buffer of ones until search_scales.py fills it. The
-fast path folds it into q (q = q * lam, then SDPA); the written-out softmax that measures
-attention entropy (piece T2, written_out_attention) multiplies the logits, as the equation reads.
-A test holds the two equal. The RoPE twin (pos_encoding="rope") is the paper's baseline.
-
-Everything past the paper (RoPE's length extensions, hybrids of RoPE and NoPE layers, Llama 4's
-temperature, ALiBi, Scalable-Softmax) lives in families.py: each family a subclass of
-CausalSelfAttention, registered in FAMILIES below and chosen by GPTConfig.family.
+"Length Generalization of Causal Transformers without Position Encoding" (arXiv 2404.12224):
+nanoGPT's GPT-2 without its position embedding `wpe`, so the causal mask alone tells a token
+where it is. All the paper changes inside it is one factor on the attention logits,
+softmax(lam_h q.k / sqrt(d)), lam from query_scale (piece T1): folded into q before SDPA in
+CausalSelfAttention.attend, or multiplying the logits of the written-out softmax that measures
+attention entropy (piece T2, written_out_attention). The RoPE twin is the paper's baseline.
+Everything past the paper lives in families.py, one subclass of CausalSelfAttention each,
+registered in FAMILIES and chosen by GPTConfig.family.
 """
 
 import math
@@ -42,17 +34,15 @@ class GPTConfig:
     bos: bool = True             # every window begins with the start token (data/ says why)
     family: str = ""             # '' the paper's attention; else a family of families.py
 
-    def __post_init__(self):
+    def __post_init__(self):  # the settings' rules, each refused with what to set
         self.check()
 
-    def check(self):
-        """The settings' rules, each refused with what to set (a family's Config adds its own)."""
+    def check(self):  # (a family's Config adds its own)
         if self.pos_encoding not in ("nope", "rope"):
             raise ValueError(f"pos_encoding must be nope or rope, got {self.pos_encoding!r}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head}")
-        if self.pos_encoding == "rope" and (self.n_embd // self.n_head) % 2:
-            raise ValueError("RoPE needs an even head size (n_embd / n_head)")
+        if self.n_embd % (self.n_head * (2 if self.pos_encoding == "rope" else 1)):
+            raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head} "
+                             "(RoPE: of 2 n_head, an even head size)")
 
 
 def query_scale(head_scale, slope, T, L):
@@ -88,15 +78,13 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(config.dropout)
         self.rotary = config.pos_encoding == "rope"  # the RoPE twin rotates q and k; NoPE nothing
         self.sink = config.bos  # a window keeps the start token visible (window_mask)
-        # The paper's lambda, one per head, and this project's slope past L (query_scale).
-        # Buffers, not parameters: training never touches them; search_scales.py fits them.
+        # lambda, one per head, and its slope past L (query_scale): buffers search_scales.py fits
         self.register_buffer("head_scale", torch.ones(config.n_head))
         self.register_buffer("head_slope", torch.zeros(config.n_head))
 
     def forward(self, x, window=None, entropy=False, chunk=256):
-        """x (B, T, C). window: each query sees at most its last `window` keys (None: all before
-        it). entropy: the written-out softmax (T2), `chunk` queries at a time, instead of SDPA.
-        Returns (y (B, T, C), the attention entropy (B, nh, T) in bits, or None)."""
+        """x (B, T, C) -> (y (B, T, C), attention entropy (B, nh, T) in bits with entropy=True
+        (the written-out softmax), else None). window: each query sees its last `window` keys."""
         B, T, C = x.size()
         nh, hs = self.n_head, C // self.n_head
         q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
@@ -111,21 +99,18 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs
         return self.resid_dropout(self.c_proj(y)), ent
 
-    def rope_tables(self, T, device):
-        """RoPE's cos and sin tables (families.py's PI, NTK-aware and YaRN change them)."""
+    def rope_tables(self, T, device):  # families.py's PI, NTK-aware and YaRN change them
         return rope_cos_sin(self.n_embd // self.n_head, T, device)
 
-    def logit_scale(self, T, window):
-        """What multiplies query i's logits: the paper's lambda (T1; families multiply in more)."""
+    def logit_scale(self, T, window):  # the paper's lambda (T1); some families multiply in more
         return query_scale(self.head_scale, self.head_slope, T, self.config.block_size)
 
     def attend(self, q, k, v, lam, window, entropy, chunk):
         """softmax(lam q.k / sqrt(d)) v over the keys each query may see. Returns (y, entropy)."""
         if entropy:
             return written_out_attention(q, k, v, lam, window, self.sink, chunk)
-        # The paper's method: softmax(lam q.k / sqrt(d)) = softmax((lam q).k / sqrt(d)): lam
-        # folded into q, so SDPA stays the fast path. The product in float32, then back to q's
-        # dtype: lam.to(bfloat16) would round lam itself (1.15 -> 1.1484, steps of 0.0078)
+        # The paper's method: softmax(lam q.k / sqrt(d)) = softmax((lam q).k / sqrt(d)), so SDPA
+        # stays the fast path; in float32 (in bfloat16, lam 1.15 would round to 1.1484)
         q = (q.float() * lam).to(q.dtype)                                       # (B, nh, T, hs)
         mask = None if window is None else window_mask(q.size(2), window, q.device, self.sink)
         dropout = self.dropout if self.training else 0.0
@@ -184,9 +169,8 @@ def window_mask(T, window, device, sink=False, start=0, lo=0):
 
 
 def rope_cos_sin(hs, T, device, theta=None):
-    """RoPE's cos and sin tables (T, hs) for positions 0..T-1, computed on the fly (no maximum
-    length): position p turns the pair (x_i, x_{i+hs/2}) by p theta_i, theta_i = base^(-2i/hs)
-    (or the frequencies `theta` given: families.py's extensions)."""
+    """RoPE's cos and sin (T, hs) at positions 0..T-1, any T: position p turns the pair
+    (x_i, x_{i+hs/2}) by p theta_i, theta_i = base^(-2i/hs) (families.py's: theta given)."""
     if theta is None:
         theta = ROPE_BASE ** (-torch.arange(0, hs, 2, device=device, dtype=torch.float32) / hs)
     pos = torch.arange(T, device=device, dtype=torch.float32)
@@ -198,12 +182,10 @@ def rope_cos_sin(hs, T, device, theta=None):
 def apply_rope(x, cos, sin):
     """Rotate pairs (x_i, x_{i+hs/2}) of x (B, nh, T, hs) by the position angles."""
     x1, x2 = x.chunk(2, dim=-1)
-    rotated = torch.cat([-x2, x1], dim=-1)
-    return x * cos + rotated * sin
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin  # the pair rotated a quarter turn
 
 
 class MLP(nn.Module):
-
     def __init__(self, config):
         super().__init__()
         self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
@@ -216,7 +198,6 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-
     def __init__(self, config, layer=0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
@@ -227,12 +208,10 @@ class Block(nn.Module):
     def forward(self, x, window=None, entropy=False, chunk=256):
         a, ent = self.attn(self.ln_1(x), window, entropy, chunk)
         x = x + a
-        x = x + self.mlp(self.ln_2(x))
-        return x, ent
+        return x + self.mlp(self.ln_2(x)), ent
 
 
 class GPT(nn.Module):
-
     def __init__(self, config):
         super().__init__()
         self.config = config
@@ -250,23 +229,19 @@ class GPT(nn.Module):
                 torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
     def _init_weights(self, module):
-        if isinstance(module, nn.Linear):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
             torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
-                torch.nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            torch.nn.init.zeros_(module.bias)
 
     def get_num_params(self):
-        return sum(p.numel() for p in self.parameters())
+        return sum(p.numel() for p in self.parameters())  # wte and lm_head: one tied matrix
 
     def forward(self, idx, targets=None, window=None, entropy=False, chunk=256, reduction="mean"):
         """idx (B, T) token ids, any T. Returns (logits, loss) like nanoGPT, and with
         entropy=True a third value: the attention entropy (B, n_layer, n_head, T) in bits, from
-        the written-out softmax (T2) instead of SDPA, `chunk` queries at a time.
-        window:    each query attends to at most the last `window` keys (None: all before it)
-        reduction: "mean" gives a scalar loss, "none" the (B, T) per-token losses"""
-        B, T = idx.size()
+        the written-out softmax (T2), `chunk` queries at a time. reduction="none": (B, T) losses.
+        window: each query attends to at most its last `window` keys (None: all before it)."""
         x = self.transformer.drop(self.transformer.wte(idx))  # (B, T, C): token embeddings only
         entropies = []
         for block in self.transformer.h:
@@ -279,38 +254,30 @@ class GPT(nn.Module):
             logits = self.lm_head(x)  # (B, T, vocab_size)
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1),
                                    ignore_index=-1, reduction=reduction)
-            loss = loss.view(B, T) if reduction == "none" else loss
+            loss = loss.view(idx.shape) if reduction == "none" else loss  # (B, T) or ()
         return (logits, loss, torch.stack(entropies, 1)) if entropy else (logits, loss)
 
-    # --- the paper's lambda and its slope, read and written in one place --------------
-
-    def scaled_layers(self):
-        """The layers lambda (and its slope) applies to: every one of the paper's GPT."""
+    def scaled_layers(self):  # the layers lambda (and its slope) applies to: all, in the paper's
         return [i for i, block in enumerate(self.transformer.h) if block.attn.scaled]
 
-    def get_head_scales(self):
-        """(n_layer, n_head) tensor of the current lambda values."""
+    def get_head_scales(self):  # (n_layer, n_head): lambda
         return torch.stack([b.attn.head_scale.detach() for b in self.transformer.h]).cpu()
 
     def set_head_scales(self, lam):
-        """lam: a number (UniformScale), a (1, 1) table, a (n, 1) table (one per layer) or a
-        (n, n_head) table (HeadScale), n the scaled layers (or every layer: a whole table).
-        A flat list is refused: with as many layers as heads it could mean either."""
+        """lam: a number (UniformScale), a (1, 1), (n, 1) (per layer) or (n, n_head) table
+        (HeadScale), n the scaled layers or every layer. A flat list is refused as ambiguous."""
         self._set_per_head("head_scale", lam, "head scales", 1.0)
 
-    def get_head_slopes(self):
-        """(n_layer, n_head) tensor of the slopes a of query_scale's law."""
+    def get_head_slopes(self):  # (n_layer, n_head): the slopes a of query_scale's law
         return torch.stack([b.attn.head_slope.detach() for b in self.transformer.h]).cpu()
 
-    def set_head_slopes(self, a):
-        """a: the slopes, in the shapes set_head_scales takes, by the same rules."""
+    def set_head_slopes(self, a):  # in the shapes set_head_scales takes
         self._set_per_head("head_slope", a, "head slopes", 0.0)
 
     def _set_per_head(self, buffer, value, what, fill):
         n_layer, n_head, layers = self.config.n_layer, self.config.n_head, self.scaled_layers()
         value = torch.as_tensor(value, dtype=torch.float32, device=self.lm_head.weight.device)
-        if value.dim() == 1 and value.numel() == 1:
-            value = value.view(())
+        value = value.view(()) if value.dim() == 1 and value.numel() == 1 else value
         if value.dim() == 1:
             raise ValueError(f"a flat list of {value.numel()} {what} is ambiguous: give one "
                              f"number, a ({len(layers)}, 1) table (per layer) or a "
@@ -324,9 +291,8 @@ class GPT(nn.Module):
                              f"layers x {n_head} heads")
         at = dict(enumerate(range(n_layer))) if rows == n_layer else dict(zip(layers, range(rows)))
         for layer, block in enumerate(self.transformer.h):
-            # HeadScale's trick: a table that requires grad goes in as it is (each layer's buffer a
-            # view of it), so the loss's gradient reaches the caller's tensor while every weight
-            # stays frozen; a plain value is copied, so the caller's later edits do not leak in
+            # HeadScale's trick: a table that requires grad goes in as a view, so the loss's
+            # gradient reaches it while every weight stays frozen; a plain value is copied
             row = value[at[layer]] if layer in at else torch.full_like(value[0], fill)
             setattr(block.attn, buffer, row if value.requires_grad else row.clone())
 
@@ -337,21 +303,13 @@ class GPT(nn.Module):
         no_decay = [p for p in params if p.dim() < 2]
         groups = [{"params": decay, "weight_decay": weight_decay},
                   {"params": no_decay, "weight_decay": 0.0}]
-        fused = device_type == "cuda"
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=fused)
-
-    def flops_per_token(self, T):
-        """Forward+backward FLOPs per token at length T: 6N for the weight matmuls plus the
-        attention scores and values, 6 * n_layer * T * n_embd (causal, so on average half of
-        the 12 * n_layer * T * n_embd of the PaLM appendix)."""
-        return 6 * self.get_num_params() + 6 * self.config.n_layer * T * self.config.n_embd
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, window=None,
                  generator=None):
-        """Sample max_new_tokens continuing idx (B, T). No cropping to block_size: the
-        point of this project is what happens past it (pass window= to crop; a model trained
-        with the start token keeps it: the start token and the last window - 1 tokens)."""
+        """Sample max_new_tokens continuing idx (B, T), never cropped to block_size (what
+        happens past it is the point); window= crops to the start token and the last ones."""
         for _ in range(max_new_tokens):
             idx_cond = idx
             if window is not None and idx.size(1) > window:  # positions restart at 1 in the crop
@@ -371,8 +329,7 @@ class GPT(nn.Module):
         return idx
 
 
-# The attention of each family by name: the paper's here; families.py registers the rest (a
-# script that imports families can build and load every model of the study).
+# Each family's attention by name: the paper's here, the rest registered by families.py
 FAMILIES = {"": CausalSelfAttention}
 
 
@@ -382,23 +339,20 @@ def make_config(**args):
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r} (known: {', '.join(sorted(FAMILIES)[1:])}; "
                          "families.py registers them)")
-    config = FAMILIES[family].Config
-    unknown = [k for k in args if k not in {f.name for f in fields(config)}]
-    if unknown:  # a setting of another family: say which
-        owners = [n for n, a in FAMILIES.items()
-                  if unknown[0] in {f.name for f in fields(a.Config)}]
-        raise ValueError(f"{unknown[0]} is not a setting of the {family or 'paper'} family"
-                         + (f": it is the {owners[0]} family's (family={owners[0]})" if owners
-                            else ""))
-    return config(**args)
+    own = {name: {f.name for f in fields(a.Config)} for name, a in FAMILIES.items()}
+    for k in (k for k in args if k not in own[family]):  # a setting of another family: say which
+        owner = next((n for n in own if k in own[n]), None)
+        raise ValueError(f"{k} is not a setting of the {family or 'paper'} family" + (
+            f": it is the {owner} family's (family={owner})" if owner else ""))
+    return FAMILIES[family].Config(**args)
 
 
 # ---------------------------------------------------------------------------------------------
-# Checkpoints: tensors and plain values only (torch.load(weights_only=True) works),
-# written atomically, carrying the model config so a script can rebuild the model.
+# Checkpoints: tensors and plain values only (torch.load(weights_only=True)), written atomically,
+# with the model's config, so a script rebuilds the model from the file alone.
 
-class CheckpointError(Exception):
-    """A checkpoint file that is missing, not ours, or does not fit."""
+class CheckpointError(Exception):  # a checkpoint file missing, not ours, or that does not fit
+    pass
 
 
 def save_checkpoint(path, model, **extra):
@@ -421,30 +375,23 @@ def load_checkpoint(path, device="cpu", **config_overrides):
     """Rebuild the model from a checkpoint file alone. config_overrides change settings for this
     use (a family's rope_factor, DroPE's pos_encoding). Returns (model, checkpoint dict)."""
     if not os.path.isfile(path):
-        raise CheckpointError(f"no checkpoint at {path}: train one with train.py first "
-                              "(or check --ckpt)")
+        raise CheckpointError(f"no checkpoint at {path}: train one with train.py (or check --ckpt)")
     try:
         ckpt = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:
         raise CheckpointError(f"{path} is not a readable nanoNoPE checkpoint ({type(e).__name__}: "
                               f"{str(e).splitlines()[0][:120]})") from None
     if not isinstance(ckpt, dict) or "model" not in ckpt or "model_args" not in ckpt:
-        raise CheckpointError(f"{path} is not a nanoNoPE checkpoint (no 'model'/'model_args'); "
-                              "use one written by train.py or search_scales.py")
-    if "family" not in ckpt["model_args"]:  # before families.py: another set of settings
+        raise CheckpointError(f"{path} is not a nanoNoPE checkpoint (no 'model'/'model_args')")
+    if "family" not in ckpt["model_args"]:
         raise CheckpointError(f"{path} was written by an older nanoNoPE (before families.py), "
                               "whose settings this version does not read: retrain it")
-    # the state without torch.compile's `_orig_mod.` and DDP's `module.` prefixes
-    state = {k.removeprefix("_orig_mod.").removeprefix("module."): v
-             for k, v in ckpt["model"].items()}
     try:
-        args = ckpt["model_args"] | config_overrides
-        model = GPT(make_config(**args))
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{path}: {e}") from None
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as e:
+        model = GPT(make_config(**ckpt["model_args"] | config_overrides))
+        # the state without torch.compile's `_orig_mod.` and DDP's `module.` prefixes
+        model.load_state_dict({k.removeprefix("_orig_mod.").removeprefix("module."): v
+                               for k, v in ckpt["model"].items()})
+    except (TypeError, ValueError, RuntimeError) as e:
         raise CheckpointError(f"{path} does not fit its own config "
                               f"({str(e).splitlines()[-1].strip()[:160]})") from None
     return model.to(device), ckpt

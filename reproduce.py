@@ -60,9 +60,10 @@ from common import (ROOT, UserError, atomic_write_text, format_seconds, length_n
 from data import Dataset, dataset_dir
 from model import GPT, GPTConfig
 from study import findings
-from study.bench import matmul_rate
+from study.bench import flops_per_token, matmul_rate
 from study.plot import ENTROPY_ROWS
 from study.stages import Stages, resume_or_restart, run_script
+from study.tables import write_all
 from train import TrainConfig
 
 
@@ -184,7 +185,8 @@ def main():
         modern_rows(study)          # 5c. NoPE as production models use it since the paper
     if cfg.beyond:
         beyond_rows(study)          # 5d. ALiBi and Scalable-Softmax trained beside NoPE
-    # 6. the figures, drawn from the saved files (cheap: always redrawn), and the report
+    # 6. the tables and figures, from the saved files (cheap: always redrawn), and the report
+    write_all(study.ev)
     plot = ["study/plot.py", f"--study={study.out}"]
     if (code := run_script(plot)) != 0:  # a fork, as the stages are, where they are
         raise subprocess.CalledProcessError(code, plot)
@@ -224,8 +226,8 @@ def check(cfg):
 
 def gpu_preset_estimate(cfg):
     """Roughly how long the gpu preset's trainings take on this machine's CPU: their FLOPs
-    (GPT.flops_per_token) over the rate of a float32 matmul measured here (study/bench.py). A
-    lower bound: a model never runs at its matmul rate."""
+    (study.bench.flops_per_token) over the rate of a float32 matmul measured here (study/bench.py).
+    A lower bound: a model never runs at its matmul rate."""
     t = load_preset("gpu", "train")
     keys = ("n_layer", "n_head", "n_embd", "block_size")
     model = GPT(GPTConfig(**{k: getattr(cfg, k) or t[k] for k in keys}, vocab_size=256))
@@ -233,7 +235,7 @@ def gpu_preset_estimate(cfg):
     tokens = (cfg.max_iters or t["max_iters"]) * (cfg.batch_size or t["batch_size"]) * L
     models = 2 + cfg.notoken  # NoPE, its RoPE twin, NoPE without the start token
     rate = matmul_rate("cpu", 1024, "float32")  # FLOP/s
-    return format_seconds(models * tokens * model.flops_per_token(L) / rate)
+    return format_seconds(models * tokens * flops_per_token(model, L) / rate)
 
 
 def lengths(xs):
@@ -454,8 +456,10 @@ def slope_rows(study):
             [os.path.join(scales, f"head_{length_name(k)}.pt") for k in more])
     study.stages.run("search_slopes", [
         "search_scales.py", *study.search, "--grid=false", "--fit=slope",
-        f"--fit_lengths={cfg.slopes_length:g}", "--set_slope=logn,grid"],
-        [os.path.join(scales, f) for f in (f"headslope_{lg}.pt", "slope_logn.pt", "slope_grid.pt")])
+        f"--fit_lengths={cfg.slopes_length:g}"], [os.path.join(scales, f"headslope_{lg}.pt")])
+    study.stages.run("set_slopes", ["study/set_slope.py", f"--ckpt={study.ckpt('nope')}",
+                                    f"--out_dir={scales}", "--values=logn,grid"],
+                     [os.path.join(scales, f) for f in ("slope_logn.pt", "slope_grid.pt")])
     log_methods = [f"nope_logn={os.path.join(scales, 'slope_logn.pt')}",
                    f"nope_slope_grid={os.path.join(scales, 'slope_grid.pt')}",
                    f"nope_headslope_{lg}={os.path.join(scales, f'headslope_{lg}.pt')}"]

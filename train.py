@@ -5,17 +5,13 @@ Train a NoPE (or RoPE) GPT at length L = block_size.
     python train.py --preset=cpu --pos_encoding=rope --out_dir=out/rope
     python train.py --preset=cpu --resume                          # continue after a kill
     torchrun --standalone --nproc_per_node=2 train.py --preset=gpu  # data parallel (DDP)
-    python train.py --preset=cpu --pos_encoding=rope --nope_every=4   # hybrid: every 4th layer NoPE
-    python train.py --preset=cpu --init_from=out/rope/ckpt.pt --pos_encoding=nope --max_iters=400
-                                                                   # DroPE: drop RoPE, recalibrate
+    python train.py --preset=cpu --family=hybrid --pos_encoding=rope --nope_every=4  # families.py
+    python train.py --preset=cpu --init_from=out/rope/ckpt.pt --pos_encoding=nope  # DroPE
 
-Every row begins with the start token unless --bos=false (data/__init__.py says why).
-Writes out_dir/ckpt.pt (last, with optimizer state, for --resume), out_dir/best.pt
-(lowest validation loss), out_dir/train_log.csv and out_dir/summary.json.
+Every row begins with the start token unless --bos=false (data/__init__.py says why). Writes
+out_dir/ckpt.pt (the last, with the optimizer, for --resume), best.pt, train_log.csv, summary.json.
 """
 
-import gc
-import math
 import os
 import sys
 import time
@@ -23,14 +19,13 @@ import traceback
 from dataclasses import dataclass
 
 import torch
-from torch.distributed import destroy_process_group, init_process_group
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 import families  # noqa: F401  (registers the families past the paper: --family=NAME)
-from common import (Progress, UserError, autocast, config_dict, cosine_lr, format_seconds,
-                    grad_scaler, parse_config, pick_device, pick_dtype, run_main, write_csv,
-                    write_json)
+from common import (Progress, UserError, autocast, config_dict, cosine_lr, end_processes,
+                    finite_everywhere, format_seconds, grad_scaler, parse_config, pick_dtype,
+                    optimizer_step, run_main, start_processes, wrap, write_csv, write_json)
 from data import Dataset
+from data.passkey import mixed_loss, training_share
 from evaluate import measure
 from families import arch_of
 from model import FAMILIES, GPT, GPTConfig, load_checkpoint, make_config, save_checkpoint
@@ -44,9 +39,8 @@ class TrainConfig:
     resume: bool = False                # continue from out_dir/ckpt.pt (model, optimizer, step)
     init_from: str = ""                 # fine-tune: a checkpoint's weights and shape, new optimizer
     overwrite: bool = False             # allow a fresh run to replace an existing out_dir/ckpt.pt
-    # the model: every field of model.GPTConfig (and of a family's Config) is an option too,
-    # --n_layer=4, --pos_encoding=rope, --family=hybrid --nope_every=4; its block_size is the
-    # length the run trains at (with --init_from the model keeps its own L)
+    # the model: GPTConfig's fields (and a family's) are options too, --n_layer=4 ...; block_size
+    # is the length the run trains at (with --init_from the model keeps its own L)
     # optimisation
     batch_size: int = 64                # sequences per micro-step per process
     gradient_accumulation_steps: int = 1  # micro-steps per optimizer step
@@ -62,14 +56,11 @@ class TrainConfig:
     passkey_frac: float = 0.0           # passkey examples' share of a batch (loss: text + answers)
     # evaluation and logging
     eval_interval: int = 250            # validate and checkpoint every this many steps
-    val_windows: int = 256              # validation windows of L positions (fixed, "search" docs):
-                                        # the same for every seed, batch size and recipe; the
-                                        # evaluation never reads those documents
+    val_windows: int = 256              # fixed windows of the "search" documents, L positions
     log_interval: int = 25              # print a progress line every this many steps
     # system
     device: str = "auto"                # auto (cuda, mps, then cpu) | cpu | cuda | cuda:1 | mps
-    dtype: str = "auto"                 # auto | float32 | bfloat16 | float16 (with a grad scaler)
-                                        # auto: on CUDA bf16 where native, else fp16; elsewhere fp32
+    dtype: str = "auto"                 # auto | float32 | bfloat16 | float16 (a grad scaler)
     compile: bool = False               # torch.compile the model (slow start, faster steps)
     seed: int = 1337                    # the same seed gives the same losses on the same machine
     preset: str = ""                    # the preset used (set by --preset=NAME)
@@ -94,7 +85,7 @@ def main():
     cfg, model_args = parse_config(TrainConfig, section="train", description=__doc__,
                                    more=model_options())
     check(cfg, model_args)
-    ddp, rank, world, device = start_processes(cfg)
+    ddp, rank, world, device = start_processes(cfg.device)
     try:
         train(cfg, model_args, ddp, rank, world, device)
     except BaseException as e:  # under DDP, an error (a loss not finite) ends every process alike:
@@ -122,10 +113,14 @@ def train(cfg, model_args, ddp, rank, world, device):
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                            (cfg.beta1, cfg.beta2), device.split(":")[0])
     iter_num, best_val, log_rows = resume_state(ckpt, optimizer, scaler)  # 0, inf, [] when fresh
-    raw_model, model, ckpt = model, wrap(model, cfg, ddp, device), None  # ckpt freed
-    passkey, n_passkey = passkey_rows(cfg, ds, T)  # (None, 0) unless --passkey_frac > 0
+    raw_model, model, ckpt = model, wrap(model, cfg.compile, ddp, device), None  # ckpt freed
+    passkey, n_passkey = training_share(ds, cfg.passkey_frac, cfg.batch_size, T)  # or (None, 0)
     tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * T
     val_windows = ds.windows(T, cfg.val_windows, seed=VAL_SEED, subset="search")
+    # what a checkpoint carries beside the weights: every setting (the model's as given), the
+    # trained model's name (results.json's "model"), the data's name and hash, the processes
+    record = {"model_name": name, "config": config_dict(cfg) | {"model": model_args},
+              "processes": world, "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")}}
     if master:
         describe(cfg, raw_model, ds, T, tokens_per_iter, n_passkey, device, dtype, world,
                  iter_num)
@@ -152,7 +147,7 @@ def train(cfg, model_args, ddp, rank, world, device):
                 if passkey is None:
                     _, loss = model(x, y)
                 else:
-                    loss = passkey_loss(model, x, y, passkey, n_passkey, g)
+                    loss = mixed_loss(model, x, y, passkey, n_passkey, g)
             scaler.scale(loss / cfg.gradient_accumulation_steps).backward()
             loss_sum += loss.detach()
             loss_count += 1
@@ -161,7 +156,8 @@ def train(cfg, model_args, ddp, rank, world, device):
 
         evaluate_now = iter_num % cfg.eval_interval == 0 or iter_num == cfg.max_iters
         if evaluate_now or iter_num % cfg.log_interval == 0:  # evaluations log the training loss
-            train_loss = mean_train_loss(loss_sum, loss_count, iter_num, ddp, device)
+            # the mean since the last report, read from the device (a NaN in any step shows)
+            train_loss = finite(loss_sum.item() / loss_count, "training", iter_num, ddp, device)
             grad_norm = float(norm) if norm is not None else float("nan")
             loss_sum, loss_count = torch.zeros((), device=device), 0  # the next report's sum
             if master and iter_num % cfg.log_interval == 0:
@@ -171,8 +167,7 @@ def train(cfg, model_args, ddp, rank, world, device):
             val = validate(raw_model, val_windows, ctx, ddp, device, master, iter_num)
             if master:  # rank 0 logs and saves
                 wall = time.time() - t_start + elapsed_before
-                best_val = log_and_save(cfg, model_args, name, ds, world, raw_model, optimizer,
-                                        scaler, log_rows,
+                best_val = log_and_save(cfg, record, raw_model, optimizer, scaler, log_rows,
                                         best_val, [iter_num, train_loss, val, lr, grad_norm, wall])
                 print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), "
                       f"saved {ckpt_path}", flush=True)
@@ -182,9 +177,8 @@ def train(cfg, model_args, ddp, rank, world, device):
         val = validate(raw_model, val_windows, ctx, ddp, device, master, iter_num)
         if master:
             wall = time.time() - t_start + elapsed_before
-            best_val = log_and_save(cfg, model_args, name, ds, world, raw_model, optimizer,
-                                        scaler, log_rows,
-                                    best_val, [iter_num, train_loss, val, lr, grad_norm, wall])
+            best_val = log_and_save(cfg, record, raw_model, optimizer, scaler, log_rows, best_val,
+                                    [iter_num, train_loss, val, lr, grad_norm, wall])
             print(f"step 0: val loss {val:.4f}, saved {ckpt_path} (no training step)", flush=True)
     if master:
         write_summary(cfg, raw_model, ds, T, log_rows, iter_num, best_val, tokens_per_iter,
@@ -194,39 +188,32 @@ def train(cfg, model_args, ddp, rank, world, device):
 # -----------------------------------------------------------------------------
 # The run's machinery: how it starts, what it prints and writes, how it ends
 
-def mean_train_loss(loss_sum, loss_count, iter_num, ddp, device):
-    """The mean training loss since the last report, read from the device where the steps summed
-    it (a NaN in any of them shows here). Every process stops if it is not finite."""
-    train_loss = loss_sum.item() / loss_count
-    if not finite_everywhere(train_loss, ddp, device):
-        raise UserError(f"training loss is {train_loss} by step {iter_num}; no checkpoint written. "
-                        "Lower --learning_rate or raise --warmup_iters, then --resume from the "
-                        "last checkpoint")
-    return train_loss
+def finite(value, what, iter_num, ddp, device):
+    """value, if it is finite in every process; else every process stops in one line."""
+    if not finite_everywhere(value, ddp, device):
+        raise UserError(f"{what} loss is not finite by step {iter_num}; nothing saved. Lower "
+                        "--learning_rate or raise --warmup_iters, then --resume")
+    return value
 
 
 def validate(model, windows, ctx, ddp, device, master, iter_num):
-    """The validation loss on the monitor's fixed windows, measured by rank 0 (the other processes
-    return 0.0); the model goes back to training mode. Every process stops if it is not finite."""
+    """The validation loss on the monitor's fixed windows, measured by rank 0 (the others give 0);
+    the model goes back to training mode."""
     val = float(measure(model, windows, VAL_BATCH, ctx)["loss"].mean()) if master else 0.0
     model.train()
-    if not finite_everywhere(val, ddp, device):
-        raise UserError(f"validation loss is not finite at step {iter_num}; nothing saved. Lower "
-                        "--learning_rate or raise --warmup_iters, then --resume from the last "
-                        "checkpoint")
-    return val
+    return finite(val, "validation", iter_num, ddp, device)
 
 
-def log_and_save(cfg, model_args, name, ds, world, model, optimizer, scaler, log_rows, best_val,
-                 row):
-    """Rank 0, after an evaluation: `row` (LOG_HEADER's values, not yet rounded) joins the log,
-    then best.pt (when the validation loss improved), ckpt.pt (the last, with the optimizer
-    state, for --resume) and train_log.csv are written. Returns the best validation loss."""
+def log_and_save(cfg, record, model, optimizer, scaler, log_rows, best_val, row):
+    """Rank 0, after an evaluation: `row` (LOG_HEADER's, unrounded) joins the log; best.pt (when
+    the validation loss improved), ckpt.pt (with the optimizer, for --resume) and train_log.csv
+    are written, each with `record`. Returns the best validation loss."""
     iter_num, train_loss, val, lr, grad_norm, wall = row
     log_rows.append([iter_num, round(train_loss, 5), round(val, 5), lr, round(grad_norm, 4),
                      round(wall, 1)])
     improved, best_val = val < best_val, min(best_val, val)
-    record = run_record(cfg, model_args, name, ds, world, iter_num, best_val, log_rows)
+    record = record | {"iter_num": iter_num, "best_val_loss": best_val,
+                       "log": [dict(zip(LOG_HEADER, r)) for r in log_rows]}
     if improved:
         save_checkpoint(os.path.join(cfg.out_dir, "best.pt"), model, **record)
     save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), model, **record,
@@ -236,20 +223,9 @@ def log_and_save(cfg, model_args, name, ds, world, model, optimizer, scaler, log
     return best_val
 
 
-def run_record(cfg, model_args, name, ds, world, iter_num, best_val, log_rows):
-    """What a checkpoint carries beside the weights: every setting (so --resume and the other
-    scripts need nothing else; the model's as given, the model itself in model_args), the name
-    of the trained model (model_name), the step, the data's name and hash, the processes, the
-    log."""
-    return {"iter_num": iter_num, "best_val_loss": best_val, "model_name": name,
-            "config": config_dict(cfg) | {"model": model_args},
-            "processes": world, "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")},
-            "log": [dict(zip(LOG_HEADER, r)) for r in log_rows]}
-
-
 def resume_state(ckpt, optimizer, scaler):
-    """(step, best validation loss, log rows) to go on from: a resumed checkpoint's, with its
-    optimizer (and float16 scaler) state loaded; (0, inf, []) for a fresh run."""
+    """(step, best validation loss, log rows) to go on from, the optimizer's (and float16
+    scaler's) state loaded: a resumed checkpoint's, or (0, inf, []) for a fresh run."""
     if ckpt is None:
         return 0, float("inf"), []
     optimizer.load_state_dict(ckpt["optimizer"])
@@ -258,30 +234,18 @@ def resume_state(ckpt, optimizer, scaler):
     return ckpt["iter_num"], ckpt["best_val_loss"], [list(r.values()) for r in ckpt.get("log", [])]
 
 
-def wrap(model, cfg, ddp, device):
-    """The model as the loop calls it: compiled (--compile), then data parallel under torchrun."""
-    if cfg.compile:
-        model = torch.compile(model)
-    if ddp:
-        device_ids = [int(device.split(":")[1])] if device.startswith("cuda") else None
-        model = DDP(model, device_ids=device_ids)
-    return model
-
-
 def describe(cfg, model, ds, T, tokens_per_iter, n_passkey, device, dtype, world, iter_num):
     """The run's first lines: what is trained, where, and how many times it reads the text."""
     os.makedirs(cfg.out_dir, exist_ok=True)
-    source = f" from {cfg.init_from}" if cfg.init_from else ""
-    c = model.config
-    print(f"{c.pos_encoding}{'+' + c.family if c.family else ''} GPT: "
-          f"{model.get_num_params() / 1e6:.2f}M parameters, trained at "
-          f"length {T}{source}, {'with' if c.bos else 'without'} the start token, "
-          f"{tokens_per_iter:,} tokens/step, device {device} {dtype}, "
-          f"{world} process(es)" + (f", resuming at step {iter_num}" if iter_num else ""))
-    text_share = 1 - n_passkey / cfg.batch_size  # passkey rows are made up, not read from the split
-    passes = cfg.max_iters * tokens_per_iter * text_share / len(ds.tokens["train"])
-    print(f"{cfg.max_iters} steps read {passes:.3g} passes over the "
-          f"{len(ds.tokens['train']):,} training tokens"
+    c, text = model.config, len(ds.tokens["train"])
+    source = cfg.init_from and f" from {cfg.init_from}"
+    print(f"{c.pos_encoding}{c.family and '+' + c.family} GPT: {model.get_num_params() / 1e6:.2f}M "
+          f"parameters, trained at length {T}{source}, {'with' if c.bos else 'without'} the start "
+          f"token, {tokens_per_iter:,} tokens/step, device {device} {dtype}, {world} process(es)"
+          + (f", resuming at step {iter_num}" if iter_num else ""))
+    made_up = 1 - n_passkey / cfg.batch_size  # passkey rows are made up, not read from the text
+    passes = cfg.max_iters * tokens_per_iter * made_up / text
+    print(f"{cfg.max_iters} steps read {passes:.3g} passes over the {text:,} training tokens"
           + ("; validation will say if it memorises" if passes > 5 else ""))
 
 
@@ -299,15 +263,12 @@ def write_summary(cfg, model, ds, T, log_rows, iter_num, best_val, tokens_per_it
                   wall, device, dtype, world):
     """summary.json (when the last step was evaluated) and the closing line."""
     if log_rows and log_rows[-1][0] == iter_num:
-        write_json(os.path.join(cfg.out_dir, "summary.json"), {
-            # train_len: the model's L, as in results.json; seq_len: the rows of this run (longer
-            # than L when fine-tuning at another length with --init_from)
+        write_json(os.path.join(cfg.out_dir, "summary.json"), {  # train_len: L; seq_len: the run's
             "pos_encoding": model.config.pos_encoding, "dataset": cfg.dataset,
             "train_len": model.config.block_size, "seq_len": T, "bos": model.config.bos,
             "init_from": cfg.init_from, "params": model.get_num_params(), "steps": iter_num,
             "tokens": iter_num * tokens_per_iter, "final_val_loss": log_rows[-1][2],
-            "best_val_loss": best_val,
-            # bits per byte of the same windows: compares runs with different tokenizers
+            "best_val_loss": best_val,  # and bits per byte, which compares tokenizers:
             "final_val_bpb": round(ds.bits_per_byte(log_rows[-1][2], val_windows), 5),
             "wall_seconds": round(wall, 1), "device": device, "dtype": dtype, "processes": world,
             "seed": cfg.seed})
@@ -315,99 +276,25 @@ def write_summary(cfg, model, ds, T, log_rows, iter_num, best_val, tokens_per_it
           f"wall {format_seconds(wall)}")
 
 
-def end_processes(wait):
-    """DDP teardown. After a finished run every rank waits (wait=True) while rank 0 writes its last
-    files; after an error none waits, as another process may be gone. The DDP wrapper (its reducer
-    holds the process group and gloo's worker threads) must be freed before the group, not at
-    interpreter exit, where gloo aborted a process now and then ("terminate called ...")."""
-    if wait:
-        torch.distributed.barrier()
-    gc.collect()
-    destroy_process_group()
-
-
 def memorising(prev, now):
     """True when, between two evaluations (train_loss, val_loss), the run learned its training text
-    and not the language: the training loss fell by more than 0.1 nats while the validation loss
-    fell by less than a quarter of that, with validation already 0.2 nats above training. Why the
-    gap and not a pass count: a run can make many passes over a large text and still generalise,
-    and few over a small one and memorise (measured cases: docs/laptop.md, "A second corpus").
-    Slow joint progress late in a run (both fall a little) is not flagged."""
+    and not the language: the training loss fell by more than 0.1 nats, the validation loss by
+    less than a quarter of that, validation already 0.2 nats above training. A gap, not a pass
+    count: a run can pass many times over a large text and still generalise (docs/laptop.md)."""
     train_drop, val_drop = prev[0] - now[0], prev[1] - now[1]
     return train_drop > 0.1 and val_drop < train_drop / 4 and now[1] - now[0] > 0.2
 
 
-def optimizer_step(model, optimizer, scaler, grad_clip):
-    """One update from the accumulated gradients. Under float16 the loss was scaled up before
-    backward: unscale the gradients first, so that the clip sees their true norm. Returns the norm
-    as a tensor left on the device (reading it would make the CPU wait for the card every step),
-    or None without a clip."""
-    norm = None
-    if grad_clip > 0:
-        scaler.unscale_(optimizer)
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    scaler.step(optimizer)  # skipped if float16 gradients overflowed; the scale then drops
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    return norm
-
-
-def finite_everywhere(value, ddp, device):
-    """Whether `value` is finite in every process. Under DDP all stop together: a process that
-    raised alone would leave the others waiting for it at the next gradient all-reduce."""
-    if not ddp:
-        return math.isfinite(value)
-    ok = torch.tensor(float(math.isfinite(value)), device=device)
-    torch.distributed.all_reduce(ok, op=torch.distributed.ReduceOp.MIN)
-    return bool(ok.item())
-
-
-def passkey_rows(cfg, ds, T):
-    """The passkey stage (--passkey_frac, reproduce.py --passkey=true): the examples' generator
-    and how many rows of every batch are passkey examples. (None, 0) for a plain run."""
-    n = int(round(cfg.passkey_frac * cfg.batch_size))
-    if n == 0:
-        return None, 0
-    passkey = ds.passkey()
-    if passkey.shortest() > T + 1:  # a row holds block_size + 1 tokens (x and y)
-        raise UserError(f"block_size {T} is too short for passkey examples (one "
-                        f"takes {passkey.shortest()} tokens: --block_size={passkey.shortest() - 1} "
-                        "or more)")
-    return passkey, n
-
-
-def passkey_loss(model, x, y, passkey, n, g):
-    """The passkey stage's loss (--passkey_frac): the first n rows of the
-    batch become passkey examples, scored on their answer alone; the answer's few tokens get a
-    mean of their own (among the text's they would barely count), added to the text rows' mean."""
-    B, T = x.shape
-    xy, is_answer = passkey.training_rows(n, T + 1, g)            # (n, T + 1) tokens, answer mask
-    x, y = x.clone(), y.clone()                                    # (B, T): they viewed one tensor
-    x[:n], y[:n] = xy[:, :-1].to(x.device), xy[:, 1:].to(x.device)
-    y[:n][~is_answer[:, 1:].to(x.device)] = -1                     # passkey rows: the answer alone
-    _, tok = model(x, y, reduction="none")                         # (B, T), 0 where y = -1
-    loss = tok[:n].sum() / (y[:n] >= 0).sum()
-    return loss + tok[n:].mean() if n < B else loss
-
-
-# --init_from takes the checkpoint's model. A setting of the model given on the command line wins
-# (DroPE: --pos_encoding=nope on a RoPE checkpoint recalibrates it without RoPE; --family with its
-# settings stretches RoPE or adds Llama 4's temperature); a shape given there that differs is
-# refused (the weights would not fit it). The length given (block_size) is the run's.
+# --init_from takes the checkpoint's model. A setting given on the command line wins (DroPE:
+# --pos_encoding=nope on a RoPE checkpoint; --family and its settings), a shape that differs is
+# refused (the weights would not fit it); a preset's settings are a fresh model's, not these.
 SHAPE_KEYS = ["n_layer", "n_head", "n_embd", "bias"]
 KEPT_KEYS = SHAPE_KEYS + ["block_size", "vocab_size", "bos"]  # never changed by --init_from
 
 
-def given_keys(argv=None):
-    """The settings named on the command line (a preset's are not: it sets a fresh model's
-    shape)."""
-    return {a[2:].partition("=")[0] for a in (sys.argv[1:] if argv is None else argv)
-            if a.startswith("--")}
-
-
 def init_overrides(cfg, model_args, saved, argv=None):
     """The model settings to load an --init_from checkpoint with: those given that differ."""
-    given = given_keys(argv)
+    given = {a[2:].partition("=")[0] for a in (sys.argv[1:] if argv is None else argv)}
     clash = [f"{k}={getattr(saved, k)!r} (given {model_args[k]!r})" for k in SHAPE_KEYS
              if k in given and model_args[k] != getattr(saved, k)]
     if clash:
@@ -422,15 +309,15 @@ def init_overrides(cfg, model_args, saved, argv=None):
 
 
 def check(cfg, model_args):
+    """Every setting, refused in one line before any work."""
+    given = vars(cfg) | {k: model_args.get(k, 1) for k in ("n_layer", "n_head", "n_embd",
+                                                             "block_size")}
     for k in ("batch_size", "max_iters", "gradient_accumulation_steps", "eval_interval",
-              "val_windows", "log_interval"):
-        if getattr(cfg, k) <= 0 and not (k == "max_iters" and cfg.max_iters == 0 and cfg.init_from):
-            raise UserError(f"--{k} must be > 0, got {getattr(cfg, k)}"
+              "val_windows", "log_interval", "n_layer", "n_head", "n_embd", "block_size"):
+        if given[k] <= 0 and not (k == "max_iters" and cfg.max_iters == 0 and cfg.init_from):
+            raise UserError(f"--{k} must be > 0, got {given[k]}"
                             + (" (0 only with --init_from: the checkpoint converted, not trained)"
                                if k == "max_iters" else ""))
-    for k in ("n_layer", "n_head", "n_embd", "block_size"):
-        if model_args.get(k, 1) <= 0:
-            raise UserError(f"--{k} must be > 0, got {model_args[k]}")
     if "vocab_size" in model_args:
         raise UserError("--vocab_size is the dataset's: prepare another dataset to change it")
     if not cfg.init_from:  # the model's own rules (and its family's), before any work
@@ -438,10 +325,8 @@ def check(cfg, model_args):
             make_config(**model_args)
         except ValueError as e:
             raise UserError(str(e)) from None
-    if not 0 <= cfg.passkey_frac <= 1:
-        raise UserError(f"--passkey_frac must be between 0 and 1, got {cfg.passkey_frac}")
-    if cfg.learning_rate <= 0:
-        raise UserError(f"--learning_rate must be > 0, got {cfg.learning_rate}")
+    if not 0 <= cfg.passkey_frac <= 1 or cfg.learning_rate <= 0:
+        raise UserError("--passkey_frac must be between 0 and 1 and --learning_rate > 0")
 
 
 # what --resume may change: how the run goes on, not what it trains (max_iters: see check_resume)
@@ -451,10 +336,8 @@ RESUME_MAY_CHANGE = {"resume", "overwrite", "max_iters", "eval_interval", "log_i
 
 def check_resume(cfg, model_args, saved, path, iter_num, world, saved_world):
     """--resume continues the same run: every setting that decides what is trained must be the
-    checkpoint's. How it runs (device, precision, compile, intervals) may change, and max_iters
-    may grow (the usual reason to resume): with lr_decay_iters=0 the cosine then ends at the new
-    max_iters, so the steps after the resume do not repeat a run that was that long from the
-    start."""
+    checkpoint's. How it runs (device, precision, intervals) may change, and max_iters may grow:
+    with lr_decay_iters=0 the cosine then ends at the new max_iters."""
     differ = [f"{k}={saved.get(k)!r} (now {getattr(cfg, k)!r})"
               for k in TrainConfig.__dataclass_fields__
               if k not in RESUME_MAY_CHANGE and saved.get(k) != getattr(cfg, k)]
@@ -475,9 +358,8 @@ def check_resume(cfg, model_args, saved, path, iter_num, world, saved_world):
 
 
 def make_model(cfg, model_args, ckpt_path, world):
-    """The model (on the CPU) and its data: fresh; resumed from ckpt_path (--resume, with the
-    checkpoint, whose optimizer state main() loads); or initialised from another checkpoint
-    (--init_from: its weights, shape and settings, a fresh optimizer).
+    """The model (on the CPU) and its data: fresh, resumed (--resume: the checkpoint, whose
+    optimizer state train() loads) or from another checkpoint (--init_from: a fresh optimizer).
     Returns (model, dataset, the resumed checkpoint or None, the model's name: model_name)."""
     bos = model_args.get("bos", GPTConfig.bos)
     if cfg.init_from:  # the model's shape and L from that checkpoint, the text in its mode
@@ -494,9 +376,9 @@ def make_model(cfg, model_args, ckpt_path, world):
         ds = Dataset.for_model(init_model.config, init_ckpt, cfg.dataset)
     else:
         ds = Dataset(cfg.dataset, bos=bos)
+    if cfg.resume and not os.path.exists(ckpt_path):
+        raise UserError(f"--resume but {ckpt_path} does not exist; start without --resume")
     if cfg.resume:
-        if not os.path.exists(ckpt_path):
-            raise UserError(f"--resume but {ckpt_path} does not exist; start without --resume")
         model, ckpt = load_checkpoint(ckpt_path, "cpu")
         check_resume(cfg, model_args, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"], world,
                      ckpt.get("processes", 1))
@@ -505,37 +387,13 @@ def make_model(cfg, model_args, ckpt_path, world):
     if os.path.exists(ckpt_path) and not cfg.overwrite:
         raise UserError(f"{ckpt_path} already exists: pass --resume to continue it, --overwrite to "
                         "replace it, or another --out_dir")
-    # the trained model's name, which results.json rows record ("model"): this run's folder, or
-    # its source's where a fine-tune or a conversion keeps the architecture (rope_pi_ft_4L is
-    # RoPE's, DroPE a model of its own)
+    # the trained model's name (results.json's "model"): this run's folder, or its source's where a
+    # fine-tune or a conversion keeps the architecture (rope_pi_ft_4L is RoPE's, DroPE its own)
     name = os.path.basename(os.path.normpath(cfg.out_dir))
     if cfg.init_from:
         return init_model, ds, None, (source[1] if arch_of(init_model.config) == source[0]
                                       and source[1] else name)
     return GPT(make_config(**model_args, vocab_size=ds.vocab_size)), ds, None, name
-
-
-def start_processes(cfg):
-    """One process, or one per card under torchrun (DDP: each takes cuda:LOCAL_RANK, nccl; or the
-    CPU with --device=cpu, gloo). Returns (ddp, rank, world, device)."""
-    if torch.cuda.is_available():  # TF32 matmuls where float32 is asked for (Ampere and later)
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    if int(os.environ.get("RANK", -1)) == -1:
-        return False, 0, 1, pick_device(cfg.device)
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    world = int(os.environ["WORLD_SIZE"])
-    if cfg.device not in ("auto", "cuda", "cpu"):
-        raise UserError(f"under torchrun --device={cfg.device} cannot be honoured: each process "
-                        "takes cuda:LOCAL_RANK; use --device=auto, cuda or cpu (choose cards with "
-                        "CUDA_VISIBLE_DEVICES)")
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device=cuda but CUDA is not available here; use --device=auto")
-    cuda = torch.cuda.is_available() and cfg.device != "cpu"
-    init_process_group(backend="nccl" if cuda else "gloo")
-    device = f"cuda:{local_rank}" if cuda else "cpu"
-    if cuda:
-        torch.cuda.set_device(device)
-    return True, rank, world, device
 
 
 if __name__ == "__main__":

@@ -104,3 +104,31 @@ class Passkey:
             rows.append(row)
             masks.append((np.arange(length) >= n) & (np.arange(length) < n + len(ans)))
         return torch.from_numpy(np.stack(rows)), torch.from_numpy(np.stack(masks))
+
+
+def training_share(ds, frac, batch_size, T):
+    """train.py --passkey_frac: the examples' generator and how many rows of every batch of
+    batch_size rows of T tokens are passkey examples. (None, 0) for a plain run."""
+    n = int(round(frac * batch_size))
+    if n == 0:
+        return None, 0
+    passkey = ds.passkey()
+    if passkey.shortest() > T + 1:  # a row holds T + 1 tokens (x and y)
+        raise UserError(f"block_size {T} is too short for passkey examples (one takes "
+                        f"{passkey.shortest()} tokens: --block_size={passkey.shortest() - 1} "
+                        "or more)")
+    return passkey, n
+
+
+def mixed_loss(model, x, y, passkey, n, g):
+    """train.py's loss with --passkey_frac: the first n rows of the batch become passkey examples,
+    scored on their answer alone; the answer's few tokens get a mean of their own (among the
+    text's they would barely count), added to the text rows' mean."""
+    B, T = x.shape
+    xy, is_answer = passkey.training_rows(n, T + 1, g)            # (n, T + 1) tokens, answer mask
+    x, y = x.clone(), y.clone()                                    # (B, T): they viewed one tensor
+    x[:n], y[:n] = xy[:, :-1].to(x.device), xy[:, 1:].to(x.device)
+    y[:n][~is_answer[:, 1:].to(x.device)] = -1                     # passkey rows: the answer alone
+    _, tok = model(x, y, reduction="none")                         # (B, T), 0 where y = -1
+    loss = tok[:n].sum() / (y[:n] >= 0).sum()
+    return loss + tok[n:].mean() if n < B else loss

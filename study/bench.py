@@ -169,6 +169,13 @@ def eval_child(args, queue):
     queue.put({"seconds": dt, "tokens_per_s": windows * n / dt, "peak_extra_mb": extra})
 
 
+def flops_per_token(model, T):
+    """Forward+backward FLOPs per token at length T: 6N for the weight matmuls plus the attention
+    scores and values, 6 * n_layer * T * n_embd (causal, so on average half of the
+    12 * n_layer * T * n_embd of the PaLM appendix)."""
+    return 6 * model.get_num_params() + 6 * model.config.n_layer * T * model.config.n_embd
+
+
 def main():
     cfg = parse_config(BenchConfig, section="bench", description=__doc__)
     device = pick_device(cfg.device)
@@ -200,7 +207,7 @@ def main():
     run = torch.compile(model) if cfg.compile else model
     scaler = grad_scaler(dtype)
     dt = train_step_time(run, B, L, device, ctx, scaler, cfg.steps, list(model.parameters()))
-    fpt = model.flops_per_token(L)
+    fpt = flops_per_token(model, L)
     tps = B * L / dt
     res["train"] = {"ms_per_step": dt * 1e3, "tokens_per_s": tps, "flops_per_token": fpt,
                     "flops_per_s": fpt * tps, "mfu": fpt * tps / peak, "compile": cfg.compile,

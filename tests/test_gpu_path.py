@@ -15,8 +15,7 @@ import reproduce
 from conftest import make_docs, run_script
 from model import GPT, GPTConfig
 import common as cli
-from common import UserError, pick_device, pick_dtype
-from train import optimizer_step
+from common import UserError, optimizer_step, pick_device, pick_dtype
 
 
 @pytest.fixture
@@ -77,7 +76,7 @@ def test_under_torchrun_an_explicit_card_is_refused_not_replaced_by_the_cpu(tmp_
 
 
 def _step(scaler, clip):
-    """One SGD step of a tiny GPT through train.optimizer_step (SGD: unlike Adam, its update is
+    """One SGD step of a tiny GPT through common.optimizer_step (SGD: unlike Adam, its update is
     proportional to the gradient, so a gradient left scaled would show)."""
     torch.manual_seed(0)
     model = GPT(GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16))

@@ -71,8 +71,9 @@ def test_search_scales_log_fit_moves_only_the_slopes(trained, tmp_path):
                "--windows=4", "--lam_step=0.5")
     uni = json.loads((out / "uniform.json").read_text())
     common = [f"--ckpt={trained}", f"--out_dir={out}", "--grid=false", "--fit=slope", "--fit_lengths=2", "--steps=8"]
-    proc = run_script("search_scales.py", *common, "--lr=0.5", "--set_slope=logn,grid", "--log_interval=4")
+    proc = run_script("search_scales.py", *common, "--lr=0.5", "--log_interval=4")
     assert "a_mean" in proc.stdout
+    run_script("study/set_slope.py", f"--ckpt={trained}", f"--out_dir={out}", "--values=logn,grid")
     fitted, info = load_checkpoint(out / "headslope_2L.pt")
     assert info["scales"]["init"] == max(uni["lengths"]["2L"]["fit_a"], 0.0)  # from the grid's lambda(i) fit there
     assert (fitted.get_head_slopes() >= 0).all() and torch.equal(fitted.get_head_scales(), torch.ones(2, 2))
@@ -102,7 +103,7 @@ def test_search_scales_log_fit_moves_only_the_slopes(trained, tmp_path):
     (["--lengths=-2"], "must be > 0"),
     (["--log_interval=0"], "--log_interval must be > 0"),
     (["--lr=0"], "--lr must be > 0"),
-    (["--tail=-1"], "--tail must be >= 0"),
+    (["--tail=-1"], "--tail and --position_bins must be >= 0"),
     (["--fit=slope", "--fit_lengths=1"], "every --fit_lengths must be > 1"),
 ])
 def test_search_scales_bad_input(trained, tmp_path, args, message):
@@ -120,7 +121,7 @@ def test_evaluate_tables_plots_and_merging(trained, tmp_path):
     out = tmp_path / "eval"
     common = [f"--out_dir={out}", "--lengths=1,2,4", "--windows=4", "--sample_tokens=10"]
     proc = run_script("evaluate.py", f"--ckpts=nope={trained}", *common)
-    assert "| nope |" in proc.stdout
+    assert "nope n=  128: loss" in proc.stdout and "python study/tables.py" in proc.stdout
     run_script("evaluate.py", f"--ckpts=nope_window_L={trained}", "--context=32", "--samples=false", *common)
     res = json.loads((out / "results.json").read_text())
     assert set(res["methods"]) == {"nope", "nope_window_L"} and res["train_len"] == 32
@@ -130,6 +131,8 @@ def test_evaluate_tables_plots_and_merging(trained, tmp_path):
     ent = json.loads((out / "entropy.json").read_text())["nope"]
     e = np.array(ent["entropy_bits"])
     assert e.shape[:2] == (2, 2) and (e <= np.array(ent["bound_bits"]) + 1e-3).all()
+    proc = run_script("study/tables.py", str(out))  # the tables from the files alone
+    assert "| nope |" in proc.stdout and (out / "table.md").exists() and (out / "samples.md").exists()
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 2 * 2 * 3 and {r["protocol"] for r in rows} == {"mean", "tail"}
@@ -317,12 +320,18 @@ def test_search_scales_checks_its_inputs_before_the_grid(trained, tmp_path):
     proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", "--lengths=2,100000",
                       "--fit_lengths=", check=False)
     assert proc.returncode == 2 and "no val document holds" in proc.stderr and "(n=" not in proc.stdout
-    # a grid run before whose lambda(i) fit is not a number: refused before --set_slope writes anything
+    # a grid run before whose lambda(i) fit is not a number: refused before anything is fitted
     (tmp_path / "uniform.json").write_text(json.dumps({"lengths": {"2L": {"fit_a": float("nan")}},
-                                                       "fit": {"a": 0.3, "length": 64, "r2": 1.0}}))
+                                                       "fit": {"a": float("nan"), "length": 64, "r2": 1.0}}))
     proc = run_script("search_scales.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", "--grid=false",
-                      "--fit=slope", "--fit_lengths=2", "--set_slope=0.5", check=False)
-    assert proc.returncode == 2 and "give --init=VALUE" in proc.stderr and not (tmp_path / "slope_0.5.pt").exists()
+                      "--fit=slope", "--fit_lengths=2", check=False)
+    assert proc.returncode == 2 and "give --init=VALUE" in proc.stderr
+    # and study/set_slope.py refuses each bad value before writing any
+    proc = run_script("study/set_slope.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", "--values=0.5,grid",
+                      check=False)
+    assert proc.returncode == 2 and "has a = nan" in proc.stderr and not (tmp_path / "slope_0.5.pt").exists()
+    proc = run_script("study/set_slope.py", f"--ckpt={trained}", f"--out_dir={tmp_path}", "--values=-1", check=False)
+    assert proc.returncode == 2 and "a number >= 0" in proc.stderr
 
 
 def test_rope_factor_grid_measures_plain_rope_when_its_grid_lacks_factor_1(trained, tmp_path):

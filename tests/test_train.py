@@ -16,7 +16,8 @@ import torch
 from conftest import ROOT, TINY_TRAIN, run_script
 from model import load_checkpoint
 from common import UserError, config_dict
-from train import TrainConfig, check_resume, finite_everywhere, memorising
+from common import finite_everywhere
+from train import TrainConfig, check_resume, memorising
 
 pytestmark = pytest.mark.slow
 
