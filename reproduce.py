@@ -17,7 +17,7 @@ same settings (rerun after an interruption and nothing finished is lost; --force
      and at 4L the paper's two ablations: no clamp, no initialisation  (search_scales.py)
   3b. the RoPE baselines (the cpu preset leaves them out, --rope_baselines=true adds them):
      the best zero-shot factor of PI, NTK-aware and YaRN per length
-     (search_scales.py --rope_grid), and PI and YaRN fine-tuned at 4L with HeadScale's budget
+     (study/rope_grid.py), and PI and YaRN fine-tuned at 4L with HeadScale's budget
      of steps and sequences (train.py --init_from)
   4. evaluate every variant at L..8L (the presets; cpu_long to 16L), plus each model reading
      only its last L positions (evaluate.py; a row's excess over that reference is what the long

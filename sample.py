@@ -42,7 +42,7 @@ class SampleConfig:
 
 def load_scales(path, device):
     """The lambda table and the slope table (zeros: a constant lambda) of a search_scales.py
-    output: (n_layer, n_head) tensors, or numbers from a --set_slope .json."""
+    output: (n_layer, n_head) tensors, or numbers from a study/set_slope.py .json."""
     if not os.path.exists(path):
         raise UserError(f"--scales={path} does not exist; run search_scales.py first")
     if path.endswith(".json"):

@@ -107,8 +107,8 @@ def train(cfg, model_args, ddp, rank, world, device):
     torch.manual_seed(cfg.seed)
     ckpt_path = os.path.join(cfg.out_dir, "ckpt.pt")
 
-    # --- model, data, optimizer: fresh, resumed (--resume) or from another checkpoint (--init_from)
-    model, ds, ckpt, name = make_model(cfg, model_args, ckpt_path, world)
+    # --- model, data, optimizer: fresh, resumed (--resume) or another's (--init_from) ---------
+    model, ds, ckpt, record = make_model(cfg, model_args, ckpt_path, world)
     model.to(device)
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.learning_rate,
                                            (cfg.beta1, cfg.beta2), device.split(":")[0])
@@ -117,15 +117,22 @@ def train(cfg, model_args, ddp, rank, world, device):
     passkey, n_passkey = training_share(ds, cfg.passkey_frac, cfg.batch_size, T)  # or (None, 0)
     tokens_per_iter = cfg.gradient_accumulation_steps * world * cfg.batch_size * T
     val_windows = ds.windows(T, cfg.val_windows, seed=VAL_SEED, subset="search")
-    # what a checkpoint carries beside the weights: every setting (the model's as given), the
-    # trained model's name (results.json's "model"), the data's name and hash, the processes
-    record = {"model_name": name, "config": config_dict(cfg) | {"model": model_args},
-              "processes": world, "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")}}
     if master:
-        describe(cfg, raw_model, ds, T, tokens_per_iter, n_passkey, device, dtype, world,
-                 iter_num)
+        describe(cfg, raw_model, ds, T, tokens_per_iter, n_passkey, device, dtype, world, iter_num)
 
-    # --- the loop ---------------------------------------------------------------------
+    def evaluation(iter_num, train_loss, lr, grad_norm, best_val):
+        """The validation loss; rank 0 logs, saves and says it. Returns the best so far."""
+        val = validate(raw_model, val_windows, ctx, ddp, device, master, iter_num)
+        if master:
+            wall = time.time() - t_start + elapsed_before
+            best_val = log_and_save(cfg, record, raw_model, optimizer, scaler, log_rows, best_val,
+                                    [iter_num, train_loss, val, lr, grad_norm, wall])
+            print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), saved {ckpt_path}"
+                  + ("" if iter_num else " (no training step)"), flush=True)
+            warn_if_memorising(log_rows)
+        return best_val
+
+    # --- the loop ---------------------------------------------------------------------------
     g = torch.Generator()
     elapsed_before = log_rows[-1][-1] if log_rows else 0.0
     train_loss, grad_norm, lr = float("nan"), float("nan"), get_lr(iter_num, cfg)
@@ -164,22 +171,9 @@ def train(cfg, model_args, ddp, rank, world, device):
                 print(progress.line(iter_num, loss=train_loss, lr=f"{lr:.2e}",
                                     gnorm=f"{grad_norm:.2f}"), flush=True)
         if evaluate_now:
-            val = validate(raw_model, val_windows, ctx, ddp, device, master, iter_num)
-            if master:  # rank 0 logs and saves
-                wall = time.time() - t_start + elapsed_before
-                best_val = log_and_save(cfg, record, raw_model, optimizer, scaler, log_rows,
-                                        best_val, [iter_num, train_loss, val, lr, grad_norm, wall])
-                print(f"step {iter_num}: val loss {val:.4f} (best {best_val:.4f}), "
-                      f"saved {ckpt_path}", flush=True)
-                warn_if_memorising(log_rows)
-
+            best_val = evaluation(iter_num, train_loss, lr, grad_norm, best_val)
     if cfg.max_iters == 0:  # --init_from converted, not trained: its weights measured and saved
-        val = validate(raw_model, val_windows, ctx, ddp, device, master, iter_num)
-        if master:
-            wall = time.time() - t_start + elapsed_before
-            best_val = log_and_save(cfg, record, raw_model, optimizer, scaler, log_rows, best_val,
-                                    [iter_num, train_loss, val, lr, grad_norm, wall])
-            print(f"step 0: val loss {val:.4f}, saved {ckpt_path} (no training step)", flush=True)
+        best_val = evaluation(iter_num, train_loss, lr, grad_norm, best_val)
     if master:
         write_summary(cfg, raw_model, ds, T, log_rows, iter_num, best_val, tokens_per_iter,
                       val_windows, time.time() - t_start + elapsed_before, device, dtype, world)
@@ -249,14 +243,14 @@ def describe(cfg, model, ds, T, tokens_per_iter, n_passkey, device, dtype, world
           + ("; validation will say if it memorises" if passes > 5 else ""))
 
 
-def warn_if_memorising(log_rows):
+def warn_if_memorising(log):
     """Say once, at the evaluation where it first shows, that the run memorises (memorising())."""
-    if len(log_rows) > 1 and memorising(log_rows[-2][1:3], log_rows[-1][1:3]) and not any(
-            memorising(a[1:3], b[1:3]) for a, b in zip(log_rows[:-2], log_rows[1:-1])):
-        print(f"warning: memorising the training text (train loss {log_rows[-2][1]:.2f} -> "
-              f"{log_rows[-1][1]:.2f}, val {log_rows[-2][2]:.2f} -> {log_rows[-1][2]:.2f}): use "
-              "fewer --max_iters, a smaller vocabulary or character level, more --dropout, or "
-              "more text", flush=True)
+    pairs = [(a[1:3], b[1:3]) for a, b in zip(log, log[1:])]  # (train, val) losses, in turn
+    if pairs and memorising(*pairs[-1]) and not any(memorising(*p) for p in pairs[:-1]):
+        print(f"warning: memorising the training text (train loss {log[-2][1]:.2f} -> "
+              f"{log[-1][1]:.2f}, val {log[-2][2]:.2f} -> {log[-1][2]:.2f}): use fewer "
+              "--max_iters, a smaller vocabulary or character level, more --dropout, or more text",
+              flush=True)
 
 
 def write_summary(cfg, model, ds, T, log_rows, iter_num, best_val, tokens_per_iter, val_windows,
@@ -279,8 +273,7 @@ def write_summary(cfg, model, ds, T, log_rows, iter_num, best_val, tokens_per_it
 def memorising(prev, now):
     """True when, between two evaluations (train_loss, val_loss), the run learned its training text
     and not the language: the training loss fell by more than 0.1 nats, the validation loss by
-    less than a quarter of that, validation already 0.2 nats above training. A gap, not a pass
-    count: a run can pass many times over a large text and still generalise (docs/laptop.md)."""
+    less than a quarter of that, 0.2 nats above it already (docs/laptop.md, "A second corpus")."""
     train_drop, val_drop = prev[0] - now[0], prev[1] - now[1]
     return train_drop > 0.1 and val_drop < train_drop / 4 and now[1] - now[0] > 0.2
 
@@ -310,8 +303,7 @@ def init_overrides(cfg, model_args, saved, argv=None):
 
 def check(cfg, model_args):
     """Every setting, refused in one line before any work."""
-    given = vars(cfg) | {k: model_args.get(k, 1) for k in ("n_layer", "n_head", "n_embd",
-                                                             "block_size")}
+    given = vars(cfg) | {k: model_args.get(k, 1) for k in SHAPE_KEYS[:3] + ["block_size"]}
     for k in ("batch_size", "max_iters", "gradient_accumulation_steps", "eval_interval",
               "val_windows", "log_interval", "n_layer", "n_head", "n_embd", "block_size"):
         if given[k] <= 0 and not (k == "max_iters" and cfg.max_iters == 0 and cfg.init_from):
@@ -360,7 +352,7 @@ def check_resume(cfg, model_args, saved, path, iter_num, world, saved_world):
 def make_model(cfg, model_args, ckpt_path, world):
     """The model (on the CPU) and its data: fresh, resumed (--resume: the checkpoint, whose
     optimizer state train() loads) or from another checkpoint (--init_from: a fresh optimizer).
-    Returns (model, dataset, the resumed checkpoint or None, the model's name: model_name)."""
+    Returns (model, dataset, the resumed checkpoint or None, the record its checkpoints carry)."""
     bos = model_args.get("bos", GPTConfig.bos)
     if cfg.init_from:  # the model's shape and L from that checkpoint, the text in its mode
         load = {"dropout": model_args.get("dropout", GPTConfig.dropout)}
@@ -383,7 +375,7 @@ def make_model(cfg, model_args, ckpt_path, world):
         check_resume(cfg, model_args, ckpt.get("config", {}), ckpt_path, ckpt["iter_num"], world,
                      ckpt.get("processes", 1))
         Dataset.for_model(model.config, ckpt, cfg.dataset)  # the same text as before it stopped
-        return model, ds, ckpt, ckpt.get("model_name")
+        return model, ds, ckpt, run_record(cfg, model_args, ckpt.get("model_name"), ds, world)
     if os.path.exists(ckpt_path) and not cfg.overwrite:
         raise UserError(f"{ckpt_path} already exists: pass --resume to continue it, --overwrite to "
                         "replace it, or another --out_dir")
@@ -391,9 +383,17 @@ def make_model(cfg, model_args, ckpt_path, world):
     # fine-tune or a conversion keeps the architecture (rope_pi_ft_4L is RoPE's, DroPE its own)
     name = os.path.basename(os.path.normpath(cfg.out_dir))
     if cfg.init_from:
-        return init_model, ds, None, (source[1] if arch_of(init_model.config) == source[0]
-                                      and source[1] else name)
-    return GPT(make_config(**model_args, vocab_size=ds.vocab_size)), ds, None, name
+        name = source[1] if arch_of(init_model.config) == source[0] and source[1] else name
+        return init_model, ds, None, run_record(cfg, model_args, name, ds, world)
+    model = GPT(make_config(**model_args, vocab_size=ds.vocab_size))
+    return model, ds, None, run_record(cfg, model_args, name, ds, world)
+
+
+def run_record(cfg, model_args, name, ds, world):
+    """What a checkpoint carries beside the weights: every setting (the model's as given), the
+    trained model's name (results.json's "model"), the data's name and hash, the processes."""
+    return {"model_name": name, "config": config_dict(cfg) | {"model": model_args},
+            "processes": world, "dataset": {"name": cfg.dataset, "sha256": ds.meta.get("sha256")}}
 
 
 if __name__ == "__main__":

@@ -1,8 +1,6 @@
-"""The study's machinery, not the lesson (the lesson: model.py, train.py, search_scales.py,
-evaluate.py).
+"""The study's machinery, above the lesson (model.py, search_scales.py, evaluate.py, train.py)
+and below reproduce.py and the classroom kit.
 
-    cli.py        the --key=value parser, presets, device and precision, progress,
-                  atomic UTF-8 files
     stages.py     a study's stages: run once, skipped while their inputs are unchanged
     findings.py   which of the paper's findings hold in a study (criteria fixed before any result)
     plot.py       every figure, drawn from saved files alone
@@ -13,6 +11,10 @@ evaluate.py).
     overlap.py    how much text the scale search's windows share with the evaluation's,
                   length by length
     gpu_check.py  the project's check for a CUDA card (--trial: the same steps on a CPU)
+    tables.py     evaluate.py's results as tables: table.md, results.csv, samples.md
+    rope_grid.py  RoPE's zero-shot factors per length (PI, NTK-aware, YaRN)
+    set_slope.py  a slope of lambda(i) set without a fit (Qwen's logn, the grid's a)
+    add_facts.py  the facts of a results.json written before rows recorded them
 
-Run the scripts from the repository: python tools/NAME.py -h
+Run the scripts from the repository: python study/NAME.py -h
 """

@@ -213,10 +213,52 @@ def headline(run):
     return out
 
 
+def readme_rows(run):
+    """The README's results table for one study folder: {row: the value}, each computed by the
+    function its row names (the README's map names them too)."""
+    ev = os.path.join(run, "eval")
+    results = read_json(os.path.join(ev, "results.json"))
+    L, ex = results["train_len"], {m: excess(results, m) for m in ("nope", "rope")}
+    pos = read_json(os.path.join(ev, "positions.json"))
+    ent = read_json(os.path.join(ev, "entropy.json"))
+    best = read_json(os.path.join(run, "scales", "uniform.json"))["lengths"]
+    took = [taken_back(results, r, "nope", 4 * L) for r in ("nope_headscale_4L", "nope_uniform_4L")]
+    held = [k for k, (ok, _) in check_run(run).items() if ok]
+    return {
+        "NoPE's loss at L against RoPE's (`findings.loss_at`)":
+            f"{loss_at(results, 'nope', L) / loss_at(results, 'rope', L) - 1:+.1%}",
+        "what the long context costs NoPE, at 2L / 4L / 8L, nats (`evaluate.excess`)":
+            " / ".join(f"{ex['nope'][k * L]:+.2f}" for k in (2, 4, 8) if k * L in ex["nope"]),
+        "what it costs RoPE (`evaluate.excess`)":
+            " / ".join(f"{ex['rope'][k * L]:+.2f}" for k in (2, 4, 8) if k * L in ex["rope"]),
+        "where NoPE's attention entropy leaves its trend / its loss turns up "
+        "(`findings.entropy_onset`, `findings.onset`)":
+            f"{entropy_onset(ent['nope'], L) / L:.2f}L / "
+            f"{onset(pos['nope']['positions'], pos['nope']['loss'], L, DELTA) / L:.2f}L",
+        "the best uniform λ at 2L / 4L / 8L (`search_scales.uniform_scale`)":
+            " / ".join(f"{v['best_lam']:.2f}" for v in best.values()),
+        "the share of NoPE's excess at 4L taken back by HeadScale / by one λ for all heads "
+        "(`evaluate.taken_back`)": " / ".join(f"{t:.0%}" for t in took if t is not None),
+        "the paper's findings (1)–(8) that hold (`findings.check_run`)":
+            ", ".join(f"({k})" for k in held) or "none",
+    }
+
+
+def readme_table(runs):
+    """The README's table, one column for these runs (one a seed): 'a; b' where they differ."""
+    per_run = [readme_rows(r) for r in runs]
+    lines = []
+    for row in per_run[0]:
+        values = list(dict.fromkeys(p[row] for p in per_run))
+        lines.append(f"| {row} | {'; '.join(values)} |")
+    return "\n".join(lines)
+
+
 @dataclass
 class FindingsConfig:
     name: str = ""                      # recipe name for the table ('' = the first folder's name)
     out: str = ""                       # also write the findings here as JSON
+    table: bool = False                 # print the README's results table for these runs instead
 
 
 def main():
@@ -230,6 +272,8 @@ def main():
         if not os.path.exists(os.path.join(r, "eval", "results.json")):
             raise UserError(f"{r} holds no finished study (eval/results.json missing); "
                             "run reproduce.py first")
+    if cfg.table:
+        return print(readme_table(runs))
     per_run = {r: check_run(r) for r in runs}
     keys = sorted({k for f in per_run.values() for k in f})
     protocols = {r: read_json(os.path.join(r, "eval", "results.json")).get("protocol")

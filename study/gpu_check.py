@@ -20,7 +20,7 @@ Each command's output goes to OUT/logs/NAME.log as it runs; its run's small file
 md, png; not the checkpoints, which stay in --work_dir) are copied to OUT/runs/NAME every 15 s
 and when it ends, and OUT/check.json is rewritten after every command, so a time-out loses
 nothing that finished. check.json holds each command's exit status, seconds and the peak CUDA
-memory of every process it ran (torch.cuda.max_memory_allocated, written by tools/cli.run_main
+memory of every process it ran (torch.cuda.max_memory_allocated, written by common.run_main
 when NANONOPE_MEMORY_LOG is set).
 The trial (--trial) hides the card (CUDA_VISIBLE_DEVICES=''), shrinks every shape, lets the tiny
 study stand for the smoke study and skips torch.compile (on a CPU it takes minutes and needs a
