@@ -18,3 +18,20 @@ and below reproduce.py and the classroom kit.
 
 Run the scripts from the repository: python study/NAME.py -h
 """
+import os
+
+from common import UserError
+
+
+def finished_studies(args, script, makes="python reproduce.py"):
+    """The study folders among a script's arguments (those not starting with '-'), each holding a
+    finished study (eval/results.json); one line saying what to give or run otherwise."""
+    studies = [a for a in args if not a.startswith("-")]
+    if not studies:
+        raise UserError(f"give one or more study folders: python {script} out/study "
+                        "[out/study_s1338 ...]")
+    for s in studies:
+        if not os.path.exists(os.path.join(s, "eval", "results.json")):
+            raise UserError(f"{s} holds no finished study (eval/results.json missing): run "
+                            f"{makes} first")
+    return studies

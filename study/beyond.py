@@ -24,8 +24,9 @@ import numpy as np
 if not __package__:  # run as a script, not imported: the repository's modules first
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import UserError, atomic_write_text, length_name, parse_config, read_json, run_main
+from common import atomic_write_text, length_name, parse_config, read_json, run_main
 from evaluate import excess
+from study import finished_studies
 
 LOSS_ROWS = ("nope", "rope", "rope_yarn_ft_4L", "nope_headscale_4L", "alibi", "alibi_uniform_4L",
              "nope_ssmax", "nope_ssmax_uniform_4L", "nope_ssmax_headscale_4L")
@@ -106,16 +107,9 @@ def passkey_table(passkeys):
 
 
 def main():
-    studies = [a for a in sys.argv[1:] if not a.startswith("-")]
     cfg = parse_config(BeyondConfig, [a for a in sys.argv[1:] if a.startswith("-")],
                        description=__doc__)
-    if not studies:
-        raise UserError("give one or more study folders: "
-                        "python study/beyond.py out/study [out/study_s1338 ...]")
-    for s in studies:
-        if not os.path.exists(os.path.join(s, "eval", "results.json")):
-            raise UserError(f"{s} holds no finished study (eval/results.json): run "
-                            "python reproduce.py --beyond first")
+    studies = finished_studies(sys.argv[1:], "study/beyond.py", "python reproduce.py --beyond")
     results = {s: read_json(os.path.join(s, "eval", "results.json")) for s in studies}
     L = next(iter(results.values()))["train_len"]
     ent = {s: (read_json(os.path.join(s, "eval", "entropy.json"))

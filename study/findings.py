@@ -45,8 +45,9 @@ import numpy as np
 if not __package__:  # run as a script, not imported: the repository's modules first
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import UserError, length_name, parse_config, read_json, run_main, write_json
+from common import length_name, parse_config, read_json, run_main, write_json
 from evaluate import excess, taken_back
+from study import finished_studies
 
 DELTA = 0.1          # nats above the in-distribution loss that count as "degraded"
 ENTROPY_DELTA = 0.1  # bits above the in-distribution entropy trend
@@ -262,16 +263,9 @@ class FindingsConfig:
 
 
 def main():
-    runs = [a for a in sys.argv[1:] if not a.startswith("-")]
     cfg = parse_config(FindingsConfig, [a for a in sys.argv[1:] if a.startswith("-")],
                        description=__doc__)
-    if not runs:
-        raise UserError("give one or more study folders: "
-                        "python study/findings.py out/study [out/study_seed2 ...]")
-    for r in runs:
-        if not os.path.exists(os.path.join(r, "eval", "results.json")):
-            raise UserError(f"{r} holds no finished study (eval/results.json missing); "
-                            "run reproduce.py first")
+    runs = finished_studies(sys.argv[1:], "study/findings.py")
     if cfg.table:
         return print(readme_table(runs))
     per_run = {r: check_run(r) for r in runs}
