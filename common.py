@@ -112,9 +112,10 @@ def field_comments(cls):
     lines = source.splitlines()
     node = ast.parse(source)
     for name in cls.__qualname__.split("."):  # the class itself, nested ones included
-        node = next(n for n in node.body if isinstance(n, ast.ClassDef) and n.name == name)
+        node = next((n for n in getattr(node, "body", ()) if isinstance(n, ast.ClassDef)
+                     and n.name == name), None)  # None: defined in a function, not found
     out = {}
-    for f in node.body:
+    for f in node.body if node else ():
         if isinstance(f, ast.AnnAssign) and isinstance(f.target, ast.Name) and f.lineno in notes:
             column, text = notes[f.lineno]
             line = f.end_lineno + 1
@@ -216,8 +217,8 @@ def parse_config(cls, argv=None, section=None, description=None, more=()):
     if "preset" not in specs:
         parser.add_argument("--preset", default=argparse.SUPPRESS, metavar="NAME",
                             help="settings from config/NAME.py")
-    comments = {}
-    for c in (cls, *more):
+    comments = {}  # read from the source only for -h
+    for c in (cls, *more) if {"-h", "--help"} & set(argv) else ():
         comments = field_comments(c) | comments
     for name, (c, f) in specs.items():
         typ = typing.get_type_hints(c)[name]
@@ -227,7 +228,7 @@ def parse_config(cls, argv=None, section=None, description=None, more=()):
                             type=lambda v, n=name, t=typ: _convert(n, t, v),
                             **({"nargs": "?", "const": True} if typ is bool else {}),
                             help=f"[{typ.__name__ if isinstance(typ, type) else typ}] "
-                                 f"{comments.get(name, '')}")
+                                 f"{comments.get(name, '')}".replace("%", "%%"))
     given, rest = parser.parse_known_args(argv)
     for arg in rest:
         key = arg[2:].partition("=")[0]

@@ -27,7 +27,7 @@ from common import (UserError, autocast, binned, default_tail, length_list, pars
                     parse_config, pick_device, pick_dtype, read_json, run_main, write_json)
 from data import Dataset
 from families import arch_of
-from model import load_checkpoint
+from model import GPTConfig, load_checkpoint
 
 # What a measurement means, bumped when it changes: results of another are never merged, and
 # reproduce.py reruns their stages. 2: the start token. 3: the validation documents divided once
@@ -37,8 +37,7 @@ PROTOCOL = 3
 
 @dataclass
 class EvalConfig:
-    ckpts: list[str] = field(  # NAME=PATH, comma-separated
-        default_factory=lambda: ["nope=out/nope/ckpt.pt"])
+    ckpts: list[str] = field(default_factory=lambda: ["nope=out/nope/ckpt.pt"])  # NAME=PATH,...
     out_dir: str = "out/eval"           # results folder (results.json is merged, not replaced)
     dataset: str = ""                   # '' = the one dataset the checkpoints were trained on
     lengths: list[float] = field(  # units of L
@@ -172,8 +171,8 @@ def set_length(model, cfg, n, L):
     there (--rope_factors), else n / L, at least 1. Returns it (None for every other row)."""
     if not cfg.rope_scaling:
         return None
-    best = read_json(cfg.rope_factors)["methods"][cfg.rope_scaling] if cfg.rope_factors else {}
-    found = [s["best_factor"] for s in best.values() if s["length"] == n]
+    best = read_json(cfg.rope_factors)["methods"] if cfg.rope_factors else {}  # a method absent:
+    found = [s["best_factor"] for s in best.get(cfg.rope_scaling, {}).values() if s["length"] == n]
     model.config.rope_factor = found[0] if found else max(1.0, n / L)  # the tables follow it
     return model.config.rope_factor
 
@@ -192,7 +191,8 @@ def facts(model, ckpt, rope_scaling=""):
     if rope_scaling:  # evaluate.py --rope_scaling: the RoPE twin stretched, zero-shot
         remedy = f"{rope_scaling}_zeroshot"
     elif c.family == "rope_scaled":  # fine-tuned with its extension, at the run's length
-        remedy, fit_length = f"{c.rope_scaling}_ft", ckpt["config"]["model"].get("block_size")
+        remedy = f"{c.rope_scaling}_ft"  # at train.py's T: the block_size given, or the default
+        fit_length = ckpt["config"]["model"].get("block_size", GPTConfig.block_size)
     elif getattr(c, "nope_temp", 0) and not remedy:
         remedy = "llama4"
     return {"model": ckpt.get("model_name"), "remedy": remedy,
@@ -326,8 +326,7 @@ def check(cfg):
         if getattr(cfg, k) not in allowed:
             raise UserError(f"--{k} must be one of {allowed}, got {getattr(cfg, k)!r}")
     if cfg.rope_factors and not os.path.exists(cfg.rope_factors):
-        raise UserError(f"--rope_factors={cfg.rope_factors} does not exist; run "
-                        "study/rope_grid.py first")
+        raise UserError(f"--rope_factors={cfg.rope_factors} does not exist: run study/rope_grid.py")
 
 
 def check_models(cfg, models):
@@ -356,8 +355,7 @@ def main():
     device = pick_device(cfg.device)
     dtype = pick_dtype(cfg.dtype, device)
     ctx = autocast(device, dtype)
-    # every checkpoint read before any measurement: a bad one fails early
-    models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}
+    models = {name: load_checkpoint(path, device) for name, path in ckpts.items()}  # all, first
     os.makedirs(cfg.out_dir, exist_ok=True)
     L, data = check_models(cfg, models)
     if cfg.rope_scaling:  # zero-shot: the same weights, RoPE stretched (families.RopeScaled)
@@ -375,6 +373,9 @@ def main():
         raise UserError(f"{paths['results']} was measured with other settings "
                         f"({ {k: results.get(k) for k in protocol} }, now {protocol}); "
                         "use another --out_dir")
+    if any("model" not in m for m in results["methods"].values()):  # rows named, not described
+        raise UserError(f"{paths['results']} has rows without their facts (written before "
+                        "2026-12-07): python study/add_facts.py on it first, or another --out_dir")
     for name, (model, ckpt) in models.items():
         res, positions, entropy = evaluate_model(name, model, ckpt, data[name], cfg, L, ctx, dtype)
         results["methods"][name] = {"ckpt": os.path.abspath(ckpts[name])} | res
@@ -387,8 +388,7 @@ def main():
             stores["entropy"][name] = entropy
         if cfg.samples:
             stores["samples"][name] = sample(model, data[name], cfg, L, device)
-        # write after every model: an interrupted run keeps what it measured
-        write_json(paths["results"], results)
+        write_json(paths["results"], results)  # after every model: a kill keeps what it measured
         for k, v in stores.items():
             if v or os.path.exists(paths[k]):
                 write_json(paths[k], v)

@@ -17,7 +17,7 @@ attend), its Config with the settings it adds, a register() line, and its tests
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch.nn import functional as F
@@ -177,12 +177,7 @@ class ALiBi(CausalSelfAttention):
     class Config(GPTConfig):
         family: str = "alibi"
         pos_encoding: str = "alibi"
-
-        def check(self):
-            if self.pos_encoding != "alibi":
-                raise ValueError("the alibi family's pos_encoding is alibi")
-            if self.n_embd % self.n_head:
-                raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head}")
+        pos_encodings = ("alibi",)
 
     def __init__(self, config, layer=0):
         super().__init__(config, layer)
@@ -303,3 +298,10 @@ def arch_of(config):
     return (c.pos_encoding + (f"+nope/{c.nope_every}" if getattr(c, "nope_every", 0) else "")
             + (f"+window{c.rope_window}" if getattr(c, "rope_window", 0) else "")
             + ("+ssmax" if c.family == "ssmax" else ""))
+
+
+def with_defaults(args):
+    """A model's settings as given (train.py's record), its family's defaults filled in: a
+    setting left at its default and the same value given are one (train.py --resume)."""
+    config = FAMILIES.get(args.get("family", ""), CausalSelfAttention).Config
+    return {f.name: f.default for f in fields(config)} | args

@@ -33,13 +33,15 @@ class GPTConfig:
     pos_encoding: str = "nope"   # "nope" (no position information at all) or "rope" (the twin)
     bos: bool = True             # every window begins with the start token (data/ says why)
     family: str = ""             # '' the paper's attention; else a family of families.py
+    pos_encodings = ("nope", "rope")  # (not a field) the pos_encoding values this family takes
 
     def __post_init__(self):  # the settings' rules, each refused with what to set
         self.check()
 
     def check(self):  # (a family's Config adds its own)
-        if self.pos_encoding not in ("nope", "rope"):
-            raise ValueError(f"pos_encoding must be nope or rope, got {self.pos_encoding!r}")
+        if self.pos_encoding not in self.pos_encodings:
+            raise ValueError(f"pos_encoding must be {' or '.join(self.pos_encodings)}, got "
+                             f"{self.pos_encoding!r}")
         if self.n_embd % (self.n_head * (2 if self.pos_encoding == "rope" else 1)):
             raise ValueError(f"n_embd={self.n_embd} is not a multiple of n_head={self.n_head} "
                              "(RoPE: of 2 n_head, an even head size)")
@@ -242,6 +244,8 @@ class GPT(nn.Module):
         entropy=True a third value: the attention entropy (B, n_layer, n_head, T) in bits, from
         the written-out softmax (T2), `chunk` queries at a time. reduction="none": (B, T) losses.
         window: each query attends to at most its last `window` keys (None: all before it)."""
+        if entropy and self.training and self.config.dropout > 0:  # T2 has no dropout
+            raise ValueError("the written-out softmax measures: call model.eval() first")
         x = self.transformer.drop(self.transformer.wte(idx))  # (B, T, C): token embeddings only
         entropies = []
         for block in self.transformer.h:
@@ -289,7 +293,7 @@ class GPT(nn.Module):
         if value.shape != (rows, n_head):
             raise ValueError(f"{what} of shape {tuple(value.shape)} do not fit {len(layers)} "
                              f"layers x {n_head} heads")
-        at = dict(enumerate(range(n_layer))) if rows == n_layer else dict(zip(layers, range(rows)))
+        at = {i: r for r, i in enumerate(range(n_layer) if rows == n_layer else layers)}
         for layer, block in enumerate(self.transformer.h):
             # HeadScale's trick: a table that requires grad goes in as a view, so the loss's
             # gradient reaches it while every weight stays frozen; a plain value is copied
@@ -299,10 +303,8 @@ class GPT(nn.Module):
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         # weight decay on matrices (dim >= 2), none on biases and LayerNorm gains
         params = [p for p in self.parameters() if p.requires_grad]
-        decay = [p for p in params if p.dim() >= 2]
-        no_decay = [p for p in params if p.dim() < 2]
-        groups = [{"params": decay, "weight_decay": weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=device_type == "cuda")
 
     @torch.no_grad()

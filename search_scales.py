@@ -257,52 +257,51 @@ def fit_batches(ds, cfg, n, device):
 
 
 def fit_at(model, ds, cfg, n, init, ctx, device, dtype):
-    """fit_head_scales at length n, as this script runs it: per head, per layer or one lambda
-    (--granularity) on the layers lambda applies to, under the script's precision, and as hooks
-    on the model's forward the slopes (--fit=slope), a progress line and the stop at a loss gone
-    non-finite. Returns (the model's (n_layer, n_head) table, the log)."""
+    """fit_head_scales at n as this script runs it (--granularity: per head, layer, or one lambda),
+    with hooks on the model's forward for its precision, the slopes (--fit=slope), a progress
+    line, the stop at a non-finite loss. Returns (lam or a, over the scaled layers; the log)."""
     slopes, progress, step = cfg.fit == "slope", Progress(cfg.steps, cfg.fit_batch_size * n), [0]
+    layers, n_head, sym = model.scaled_layers(), model.config.n_head, "a" if slopes else "lam"
+    fit_ctx = contextlib.nullcontext() if dtype == "float16" else ctx  # float16 grads overflowed
+    precision = contextlib.ExitStack()  # fit_ctx around each forward pass (not the backward)
 
-    def scales_to_slopes(module, args):  # what fit_head_scales sets as lambda: the slopes a
-        for layer in model.scaled_layers():
-            attn = model.transformer.h[layer].attn
-            attn.head_slope, attn.head_scale = attn.head_scale, torch.ones_like(attn.head_scale)
+    def before(module, args):
+        precision.enter_context(fit_ctx)  # the forward only: the backward runs outside autocast
+        for attn in [model.transformer.h[i].attn for i in layers] if slopes else []:
+            if attn.head_scale.requires_grad:  # what fit_head_scales set as lambda: the slopes a
+                attn.head_slope, attn.head_scale = attn.head_scale, torch.ones_like(attn.head_slope)
 
     def after(module, args, out):
+        precision.close()
         loss = out[1].item()
         if not math.isfinite(loss):
             raise UserError(f"the fit diverged (loss {loss}) at step {step[0]}; lower --lr")
         step[0] += 1
         if step[0] % cfg.log_interval == 0 or step[0] == cfg.steps:
-            fitted = (model.get_head_slopes() if slopes else model.get_head_scales())
-            print(progress.line(step[0], loss=round(loss, 5), **{
-                f"{'a' if slopes else 'lam'}_mean": f"{fitted[model.scaled_layers()].mean():.3f}"
-            }), flush=True)
-    layers, n_head = model.scaled_layers(), model.config.n_head
+            t = (model.get_head_slopes() if slopes else model.get_head_scales())[layers]
+            stats = {f"{sym}_{k}": f"{getattr(t, k)().item():.3f}" for k in ("mean", "min", "max")}
+            print(progress.line(step[0], loss=round(loss, 5), **stats), flush=True)
     shape = {"head": (len(layers), n_head), "layer": (len(layers), 1),
              "uniform": (1, 1)}[cfg.granularity]
     # the clamp: lam >= min_scale (the paper: 1; its no-clamp ablation, 0, keeps lam >= 1e-3 so a
-    # logit's sign never flips), a >= 0. float16 cards fit in float32: lambda's gradient through
-    # float16 activations overflowed. (The autocast holds the backward too: no change on a CPU.)
+    # logit's sign never flips), a >= 0
     floor = 0.0 if slopes else cfg.min_scale if cfg.min_scale > 0 else 1e-3
-    fit_ctx = contextlib.nullcontext() if dtype == "float16" else ctx
-    hooks = [model.register_forward_pre_hook(scales_to_slopes)] if slopes else []
-    hooks.append(model.register_forward_hook(after))
+    hooks = [model.register_forward_pre_hook(before), model.register_forward_hook(after)]
+    saved_slopes = model.get_head_slopes()  # fit_head_scales puts back lambda; the slopes are ours
     try:
-        with fit_ctx:
-            lam, log = fit_head_scales(
-                model, fit_batches(ds, cfg, n, device),
-                torch.full(shape, float(init), device=device), steps=cfg.steps, lr=cfg.lr,
-                betas=(cfg.beta1, cfg.beta2), warmup=max(1, int(cfg.warmup_frac * cfg.steps)),
-                final_lr=cfg.final_lr_frac * cfg.lr, min_scale=floor)
+        lam, log = fit_head_scales(
+            model, fit_batches(ds, cfg, n, device),
+            torch.full(shape, float(init), device=device), steps=cfg.steps, lr=cfg.lr,
+            betas=(cfg.beta1, cfg.beta2), warmup=max(1, int(cfg.warmup_frac * cfg.steps)),
+            final_lr=cfg.final_lr_frac * cfg.lr, min_scale=floor)
     finally:
+        precision.close()
         for hook in hooks:
             hook.remove()
-    table = torch.full((model.config.n_layer, n_head), 0.0 if slopes else 1.0)  # the rest keep it
-    table[layers] = lam.expand(len(layers), n_head).cpu()
+        model.set_head_slopes(saved_slopes)
     if slopes:  # the log in the slopes' own names
         log = [{k.replace("lam_", "a_"): v for k, v in row.items()} for row in log]
-    return table, log
+    return lam.cpu(), log
 
 
 def start_value(cfg, uniform_path, n, L):
@@ -354,7 +353,8 @@ def fit_and_write(model, ds, cfg, n, init, ctx, device, dtype, out, base, extras
     if changed := [k for k, v in before.items() if not torch.equal(v, model.state_dict()[k])]:
         raise RuntimeError(f"weights other than {fitted} changed during the fit: {changed[:3]}")
     stem = os.path.join(out, f"{cfg.granularity}{'slope' if slopes else ''}_{name}{cfg.tag}")
-    (model.set_head_slopes if slopes else model.set_head_scales)(lam)
+    (model.set_head_slopes if slopes else model.set_head_scales)(lam)  # the other layers keep 1, 0
+    lam = model.get_head_slopes() if slopes else model.get_head_scales()  # (n_layer, n_head)
     info = {"method": cfg.granularity + ("slope" if slopes else ""), "length": n, "init": init,
             **({"min_slope": 0.0, "head_scale": 1.0} if slopes else {"min_scale": cfg.min_scale}),
             "steps": cfg.steps, "lr": cfg.lr, "tag": cfg.tag, sym: lam.tolist()}

@@ -27,7 +27,7 @@ from common import (Progress, UserError, autocast, config_dict, cosine_lr, end_p
 from data import Dataset
 from data.passkey import mixed_loss, training_share
 from evaluate import measure
-from families import arch_of
+from families import arch_of, with_defaults
 from model import FAMILIES, GPT, GPTConfig, load_checkpoint, make_config, save_checkpoint
 
 
@@ -333,9 +333,9 @@ def check_resume(cfg, model_args, saved, path, iter_num, world, saved_world):
     differ = [f"{k}={saved.get(k)!r} (now {getattr(cfg, k)!r})"
               for k in TrainConfig.__dataclass_fields__
               if k not in RESUME_MAY_CHANGE and saved.get(k) != getattr(cfg, k)]
-    old = saved.get("model", {})
-    differ += [f"{k}={old.get(k)!r} (now {model_args.get(k)!r})"
-               for k in sorted(set(old) | set(model_args)) if old.get(k) != model_args.get(k)]
+    old, new = with_defaults(saved.get("model", {})), with_defaults(model_args)
+    differ += [f"{k}={old.get(k)!r} (now {new.get(k)!r})"
+               for k in sorted(old | new) if old.get(k) != new.get(k)]
     if world != saved_world:  # each process reads its own batches: the processes decide the data
         differ.append(f"{saved_world} process(es) (now {world})")
     if differ:

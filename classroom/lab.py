@@ -10,7 +10,7 @@ import numpy as np
 
 from classroom.report import csv_cell, plain
 from common import UserError, read_json, write_csv, write_json
-from evaluate import excess
+from evaluate import excess, taken_back
 from study.findings import entropy_onset, loss_at, measures, onset
 from study.plot import head_entropy_near, read_head_table
 
@@ -45,8 +45,8 @@ def lab_numbers(run):
         res, "nope", L
     )
     if "nope_layerscale_4L" in rows:  # lab question 5: one lambda per layer
-        layer = excess(res, "nope_layerscale_4L")[4 * L]
-        out["one lambda per layer takes back (%)"] = 100 * (1 - layer / took["rise_4L"])
+        out["one lambda per layer takes back (%)"] = 100 * taken_back(
+            res, "nope_layerscale_4L", "nope", 4 * L)
     head = Path(run) / "scales" / "head_4L.csv"
     h = head_entropy_near(ent["nope"], 4 * L)
     if (

@@ -126,8 +126,9 @@ def check_run(run):
     f[2] = (np.isfinite(on["nope"]) and np.isfinite(on["rope"]) and on["nope"] > on["rope"],
             f"onset NoPE {on['nope'] / L:.2f}L, RoPE {on['rope'] / L:.2f}L")
     ent_path = os.path.join(ev, "entropy.json")
-    if os.path.exists(ent_path) and "nope" in read_json(ent_path):
-        eo = entropy_onset(read_json(ent_path)["nope"], L)
+    ent = read_json(ent_path) if os.path.exists(ent_path) else {}  # one read: the file is large
+    if "nope" in ent:
+        eo = entropy_onset(ent["nope"], L)
         ok = (np.isfinite(eo) and np.isfinite(on["nope"])
               and abs(np.log(eo / on["nope"])) <= np.log(1.5))
         f[3] = (bool(ok), f"entropy onset {eo / L:.2f}L vs loss onset {on['nope'] / L:.2f}L")
@@ -148,11 +149,12 @@ def check_run(run):
         f[7] = (cost < 0.05, f"HeadScale at L: {cost:+.3f} nats")
     pk_path = os.path.join(run, "passkey", "passkey.json")
     if os.path.exists(pk_path):
-        acc = read_json(pk_path)["mean_accuracy"]
+        pk = read_json(pk_path)
+        acc = pk["mean_accuracy"]
         names = ("nope_headscale_4L", "nope_headscale_4L_noclamp", "nope_headscale_4L_noinit")
         if all(n in acc for n in names + ("nope", "rope")):
             full, noclamp, noinit = (acc[n] for n in names)
-            by_len = read_json(pk_path)["by_length"]
+            by_len = pk["by_length"]
             beyond = [n for n in by_len["nope"] if int(n) > L]
             nope_b = np.mean([by_len["nope"][n] for n in beyond]) if beyond else float("nan")
             rope_b = np.mean([by_len["rope"][n] for n in beyond]) if beyond else float("nan")
@@ -223,23 +225,26 @@ def readme_rows(run):
     pos = read_json(os.path.join(ev, "positions.json"))
     ent = read_json(os.path.join(ev, "entropy.json"))
     best = read_json(os.path.join(run, "scales", "uniform.json"))["lengths"]
-    took = [taken_back(results, r, "nope", 4 * L) for r in ("nope_headscale_4L", "nope_uniform_4L")]
+    took = {r: taken_back(results, r, "nope", 4 * L) if r in results["methods"] else None
+            for r in ("nope_headscale_4L", "nope_uniform_4L")}
     held = [k for k, (ok, _) in check_run(run).items() if ok]
+    at = lambda values, k, fmt: "–" if values.get(k) is None else format(values[k], fmt)  # noqa: E731
     return {
         "NoPE's loss at L against RoPE's (`findings.loss_at`)":
             f"{loss_at(results, 'nope', L) / loss_at(results, 'rope', L) - 1:+.1%}",
         "what the long context costs NoPE, at 2L / 4L / 8L, nats (`evaluate.excess`)":
-            " / ".join(f"{ex['nope'][k * L]:+.2f}" for k in (2, 4, 8) if k * L in ex["nope"]),
+            " / ".join(at(ex["nope"], k * L, "+.2f") for k in (2, 4, 8)),
         "what it costs RoPE (`evaluate.excess`)":
-            " / ".join(f"{ex['rope'][k * L]:+.2f}" for k in (2, 4, 8) if k * L in ex["rope"]),
+            " / ".join(at(ex["rope"], k * L, "+.2f") for k in (2, 4, 8)),
         "where NoPE's attention entropy leaves its trend / its loss turns up "
         "(`findings.entropy_onset`, `findings.onset`)":
             f"{entropy_onset(ent['nope'], L) / L:.2f}L / "
             f"{onset(pos['nope']['positions'], pos['nope']['loss'], L, DELTA) / L:.2f}L",
         "the best uniform λ at 2L / 4L / 8L (`search_scales.uniform_scale`)":
-            " / ".join(f"{v['best_lam']:.2f}" for v in best.values()),
+            " / ".join(at({k: v["best_lam"] for k, v in best.items()}, k, ".2f")
+                       for k in ("2L", "4L", "8L")),
         "the share of NoPE's excess at 4L taken back by HeadScale / by one λ for all heads "
-        "(`evaluate.taken_back`)": " / ".join(f"{t:.0%}" for t in took if t is not None),
+        "(`evaluate.taken_back`)": " / ".join(at(took, r, ".0%") for r in took),
         "the paper's findings (1)–(8) that hold (`findings.check_run`)":
             ", ".join(f"({k})" for k in held) or "none",
     }
@@ -270,8 +275,8 @@ def main():
         return print(readme_table(runs))
     per_run = {r: check_run(r) for r in runs}
     keys = sorted({k for f in per_run.values() for k in f})
-    protocols = {r: read_json(os.path.join(r, "eval", "results.json")).get("protocol")
-                 for r in runs}
+    results = {r: read_json(os.path.join(r, "eval", "results.json")) for r in runs}
+    protocols = {r: results[r].get("protocol") for r in runs}
     summary = {"recipe": cfg.name or os.path.basename(os.path.normpath(runs[0])), "runs": runs,
                "findings": {}, "measures": {}, "protocols": protocols}
     if len(set(protocols.values())) > 1:  # evaluate.PROTOCOL: what a measurement means
@@ -283,7 +288,7 @@ def main():
                                   "evidence": [e for _, e in got]}
         mark = "yes" if summary["findings"][k]["holds"] else "no"
         print(f"({k}) {mark:3}  " + " | ".join(e for _, e in got))
-    per_run_m = {r: measures(read_json(os.path.join(r, "eval", "results.json"))) for r in runs}
+    per_run_m = {r: measures(results[r]) for r in runs}
     for k in sorted({k for m in per_run_m.values() for k in m}):
         values = [per_run_m[r].get(k, float("nan")) for r in runs]
         summary["measures"][k] = values

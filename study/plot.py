@@ -117,7 +117,7 @@ def style(row, L):
         variant = VARIANTS.get(row.get("variant"))
         name = r_label + (f", {variant[1]}" if variant else "")
         if model == "nope":  # NoPE's remedies: the remedy's colour, 4L (the paper's) darkest
-            rank = {4: 0, 2: 1, 8: 2}.get(round((row.get("fit_length") or 4 * L) / L), 0)
+            rank = length_rank(row.get("fit_length") or 4 * L, L)
             color = shade(r_color, rank) if r_color in (GREEN, PURPLE) else r_color
             return {"color": color, "ls": variant[0] if variant else r_ls,
                     "marker": marker.lower() if variant else marker, "label": name + at}
@@ -129,11 +129,9 @@ def style(row, L):
     return {"color": color, "ls": ls, "marker": marker, "label": label}
 
 
-def rows_where(results, **facts):
-    """The names of results.json's rows whose recorded facts are those given (context=None: not
-    a reference)."""
-    return [n for n, m in results["methods"].items()
-            if all(m.get(k) == v for k, v in facts.items())]
+def length_rank(n, L):
+    """A fitted length's shade: 4L (the paper's) darkest, then 2L, 8L; other lengths as 4L."""
+    return {4: 0, 2: 1, 8: 2}.get(round(n / L), 0)
 
 
 def line(ax, x, y, results, name, **kw):
@@ -311,21 +309,21 @@ def hero(F, results, pos, ent):
     F.save(fig, "hero.png")
 
 
-FAMILIES = {  # figure -> (title, which rows: a test of a row's facts)
+FAMILIES = {  # figure -> (title, which rows: a test of a row's facts and L)
     "loss_nope_remedies.png": ("NoPE and its remedies (λ fitted past L)",
-                               lambda m: m.get("model") == "nope" and not m.get("context")
+                               lambda m, L: m.get("model") == "nope" and not m.get("context")
                                and m.get("remedy") in (None, "uniform", "headscale",
                                                        "layerscale", "uniform_fit")),
     "loss_rope_extensions.png": ("RoPE and its extensions (PI, NTK-aware, YaRN)",
-                                 lambda m: m.get("model") == "rope" and not m.get("context")),
+                                 lambda m, L: m.get("model") == "rope" and not m.get("context")),
     "loss_length_following.png": ("λ that follows the position, against constant λ",
-                                  lambda m: m.get("model") == "nope" and not m.get("context")
+                                  lambda m, L: m.get("model") == "nope" and not m.get("context")
                                   and (m.get("remedy") in (None, *SLOPES)
                                        or m.get("remedy") in ("uniform", "headscale")
                                        and not m.get("variant") and m.get("fit_length")
-                                       == 4 * m["lengths"][0])),
+                                       == 4 * L)),
     "loss_start_token.png": ("NoPE with and without the start token, RoPE",
-                             lambda m: m.get("model") in ("nope", "nope_notoken", "rope")
+                             lambda m, L: m.get("model") in ("nope", "nope_notoken", "rope")
                              and not m.get("remedy") and not m.get("context")),
 }
 
@@ -344,7 +342,7 @@ def families(F, results):
     L, methods = results["train_len"], results["methods"]
     lengths = sorted({n for m in methods.values() for n in m["lengths"]})
     for fn, (title, member) in FAMILIES.items():
-        rows = [n for n, m in methods.items() if member(m)]
+        rows = [n for n, m in methods.items() if member(m, L)]
         if (len(rows) < 2 or fn == "loss_length_following.png"
                 and not any(methods[n].get("remedy") in SLOPES for n in rows)):
             F.skip(fn, "fewer than two of its rows" if len(rows) < 2
@@ -574,7 +572,7 @@ def lambda_grid(F, search_dir, uni):
         pts = sorted((float(r["lam"]), float(r["loss"])) for r in grid
                      if int(r["length"]) == s["length"])
         lam, loss = np.array(pts).T
-        c = shade(GREEN, {4: 0, 2: 1, 8: 2}.get(round(s["length"] / L), 0))
+        c = shade(GREEN, length_rank(s["length"], L))
         ax.plot(lam, loss - loss.min(), color=c, marker=".",
                 label=f"n = {name}: best λ {s['best_lam']:.2f}")
         ax.plot([s["best_lam"]], [0], "o", color=c, ms=7, mfc="none")

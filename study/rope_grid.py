@@ -26,6 +26,7 @@ from common import (UserError, autocast, default_tail, length_list, length_name,
 from data import Dataset  # noqa: E402
 from evaluate import measure  # noqa: E402
 from model import load_checkpoint  # noqa: E402
+from search_scales import SearchConfig  # noqa: E402
 
 
 @dataclass
@@ -39,11 +40,11 @@ class RopeGridConfig:
         default_factory=lambda: ["pi", "ntk", "yarn"])
     factors: list[float] = field(  # the grid of factors (1 = plain RoPE)
         default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0])
-    windows: int = 64                   # validation windows per length (search_scales.py's)
+    windows: int = SearchConfig.windows  # windows per length (search_scales.py's: the same ones)
     tail: int = 0                       # tail metric's tokens (0 = L/8, the paper's 256/2048)
     select: str = "loss"                # the best factor by: loss (mean over positions) | tail
     batch_size: int = 8                 # evaluation batch size
-    seed: int = 4321                    # windows (search_scales.py's seed: the same windows)
+    seed: int = SearchConfig.seed       # the windows' seed (search_scales.py's: the same windows)
     device: str = "auto"                # auto | cpu | cuda | mps
     dtype: str = "auto"                 # auto | float32 | bfloat16 | float16
     preset: str = ""                    # the preset used (set by --preset=NAME)

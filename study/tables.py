@@ -77,8 +77,8 @@ def write_all(out):
         raise UserError(f"{path} does not exist: evaluate first (evaluate.py or reproduce.py)")
     table = write_tables(out, read_json(path))
     samples = os.path.join(out, "samples.json")
-    if os.path.exists(samples) and read_json(samples):
-        write_samples(out, read_json(samples))
+    if os.path.exists(samples) and (written := read_json(samples)):
+        write_samples(out, written)
     return table
 
 

@@ -212,7 +212,7 @@ def test_runs_at_16x_training_length(pos, ssmax):
 
 
 def test_bad_settings_say_what_to_set():
-    with pytest.raises(ValueError, match="pos_encoding must be nope or rope"):
+    with pytest.raises(ValueError, match="pos_encoding must be nope or rope, got .alibi."):
         GPTConfig(pos_encoding="alibi")
     with pytest.raises(ValueError, match="nope_every is not a setting of the alibi family: it is "
                        r"the hybrid family's \(family=hybrid\)"):

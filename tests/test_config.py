@@ -13,7 +13,7 @@ class Demo:
     steps: int = 10          # how many steps
     lr: float = 1e-3         # learning rate
     name: str = "x"          # a name
-    fast: bool = False       # go fast
+    fast: bool = False       # go fast (100% of the time)
     lengths: list[float] = field(default_factory=lambda: [1.0, 2.0])  # multiples of L
     preset: str = ""         # set by --preset
 
@@ -64,6 +64,17 @@ def test_help_lists_every_option_with_its_comment(capsys):
     lines = out.splitlines()
     assert any(line.split() == ["--steps=10", "[int]", "how", "many", "steps"] for line in lines), out
     assert any(line.split()[:2] == ["--lengths=1.0,2.0", "[list[float]]"] for line in lines), out
+    assert "go fast (100% of the time)" in out  # argparse's %-formatting escaped
+
+
+def test_a_dataclass_made_in_a_function_parses_and_has_help():
+    @dataclass
+    class Local:
+        n: int = 1  # a number
+    assert parse_config(Local, ["--n=2"]).n == 2
+    with pytest.raises(SystemExit) as e:
+        parse_config(Local, ["-h"])
+    assert e.value.code == 0
 
 
 def test_shipped_presets_fit_the_scripts():

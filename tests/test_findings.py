@@ -108,3 +108,23 @@ def test_headline_sentences_carry_the_study_numbers(tmp_path):
     assert "+0.20 / +0.60 nats at 2L / 4L" in lines[1]  # nope minus nope_window_L, on the same windows
     assert "1.10 / 1.20 at 2L / 4L" in lines[3] and "a = 0.30, R² = 0.95" in lines[3]
     assert "takes back 50% of that cost and the best uniform λ 33%; HeadScale costs +0.03 nats at L" in lines[4]
+
+
+def test_readme_table_names_each_value_and_marks_what_a_study_lacks(tmp_path):
+    """The README's table (findings.readme_rows/readme_table): each value under its own label,
+    a dash where the study has no such row or length (never the next value moved up), and
+    'a; b' where two seeds differ."""
+    from study.findings import readme_rows, readme_table
+    run = study(tmp_path / "a")
+    with_kinds(run)
+    rows = list(readme_rows(run).values())
+    assert rows[1] == "+0.20 / +0.60 / –"  # NoPE minus nope_window_L; no 8L measured
+    assert rows[2] == "– / – / –"  # no rope_window_L: RoPE has no reference
+    assert rows[4] == "1.10 / 1.20 / 1.30" and rows[5] == "50% / 33%"
+    other = study(tmp_path / "b", losses={
+        "nope": [2.0, 2.3, 2.6], "rope": [1.95, 2.5, 3.0], "nope_window_L": [2.0, 2.1, 2.0],
+        "nope_uniform_4L": [2.02, 2.2, 2.4]})  # no HeadScale row
+    with_kinds(other)
+    assert list(readme_rows(other).values())[5] == "– / 33%"
+    table = readme_table([run, other]).splitlines()
+    assert table[5].endswith("| 50% / 33%; – / 33% |") and table[4].endswith("| 1.10 / 1.20 / 1.30 |")

@@ -4,12 +4,10 @@ import study.findings; train.py may not import search_scales.py). No circle, and
 sys.path when it is imported. The layers, bottom up, are written down here and nowhere else."""
 
 import ast
-import importlib
+import functools
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,6 +24,7 @@ LAYERS = [  # (what, modules: a name, or a package's name and .* for every modul
 ]
 
 
+@functools.cache
 def modules():
     """{module name: path} of every tracked .py file outside tests/ and config/ (and but the
     student copy's tests/test_paper.py, kept as classroom/student_tests.py: a test file)."""
@@ -55,19 +54,27 @@ def layer_of(name):
 
 
 def imports(path, known):
-    """The project's modules `path` imports, anywhere in it."""
+    """The project's modules `path` imports, anywhere in it: import statements, and
+    importlib.import_module("name") with the name written out. A relative import fails (none
+    is used, and this reader would not follow it)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
+        assert not (isinstance(node, ast.ImportFrom) and node.level), (
+            f"{path.name}:{node.lineno}: a relative import; write it absolute (from study import x)")
+        if (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", ""))
+                == "import_module" and node.args and isinstance(node.args[0], ast.Constant)):
+            found.add(node.args[0].value)
+        elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] in
                       {k.split(".")[0] for k in known}}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+        elif isinstance(node, ast.ImportFrom) and node.module:
             for a in node.names:  # `from study import plot` imports the module study.plot
                 full = f"{node.module}.{a.name}"
                 found.add(full if full in known else node.module)
     return {m for m in found if m in known}
 
 
+@functools.cache
 def graph():
     known = modules()
     return {name: imports(path, known) - {name} for name, path in known.items()}
@@ -102,8 +109,19 @@ def test_no_circle():
     assert not circles, "circles:\n" + "\n".join(circles)
 
 
-@pytest.mark.parametrize("name", sorted(m for m in modules() if not m.endswith("__main__")))
-def test_importing_a_module_leaves_sys_path_alone(name):  # (a __main__ runs its command)
-    before = list(sys.path)
-    importlib.import_module(name)
-    assert sys.path == before, f"importing {name} changed sys.path"
+def test_importing_a_module_leaves_sys_path_alone():
+    """Each module imported in turn in one fresh interpreter (in this one, conftest and the test
+    files have imported most of them already: their imports would not run again), sys.path
+    compared before and after each; a __main__ is left out (it runs its command)."""
+    names = sorted(m for m in modules() if not m.endswith("__main__"))
+    code = ("import importlib, sys\n"
+            "for name in sys.argv[1:]:\n"
+            "    before = list(sys.path)\n"
+            "    importlib.import_module(name)\n"
+            "    if sys.path != before:\n"
+            "        print(name)\n")
+    proc = subprocess.run([sys.executable, "-c", code, *names], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert not proc.stdout, ("importing these changed sys.path (they, or a module they import "
+                             f"first): {proc.stdout.split()}")

@@ -494,3 +494,14 @@ def test_a_model_with_slopes_runs_at_16x_training_length(pos):
     assert not torch.isclose(la, plain)  # the slopes act past L
 
 
+
+
+def test_entropy_asked_of_a_model_training_with_dropout_is_one_clear_error():
+    """The written-out softmax (T2) has no dropout: measuring a model in train mode would
+    measure another model than the one trained, so it says to call eval() first."""
+    model = make(dropout=0.1).train()
+    idx = torch.randint(0, V, (2, 8))
+    with pytest.raises(ValueError, match=r"call model.eval\(\) first"):
+        model(idx, entropy=True)
+    assert model.eval()(idx, entropy=True)[2].shape == (2, 2, 4, 8)
+    model.train()(idx)  # training itself goes on the fast path, dropout and all

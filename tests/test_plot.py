@@ -107,17 +107,34 @@ def test_a_method_looks_the_same_in_every_figure():
     """A row's style comes from its facts (evaluate.py's), never from its name."""
     def style(name):
         return plot.style(facts_from_name(name, L) | {"context": L if name.endswith("window_L") else None}, L)
-    names = ["nope", "rope", "nope_uniform_4L", "nope_headscale_4L", "rope_yarn_ft_4L", "nope_window_L"]
-    first = {n: style(n) for n in names}
-    assert {n: style(n) for n in reversed(names)} == first  # whatever the figure draws first
     colours = {style(n)["color"] for n in ("nope", "rope", "nope_uniform_4L", "nope_headscale_4L",
                                            "rope_yarn_ft_4L", "nope_headslope_4L")}
     assert len(colours) == 6  # the hero's rows are told apart by colour alone
     assert style("nope_window_L")["color"] == style("nope")["color"]
     assert style("nope_window_L")["ls"] == ":"
     assert style("nope_uniform_2L")["color"] != style("nope_uniform_4L")["color"]  # a shade per member
-    renamed = plot.style({"model": "nope", "remedy": "headscale", "fit_length": 4 * L}, L)
-    assert renamed == style("nope_headscale_4L")  # the same facts under any name: the same style
+
+
+def test_the_family_figures_read_facts_not_names(tmp_path):
+    """The same rows under other names (row0, row1, ...) draw the same family figures, pixel for
+    pixel: which rows a figure holds, their order, styles and labels come from their facts."""
+    names = ["nope", "rope", "nope_uniform_2L", "nope_uniform_4L", "nope_headscale_4L",
+             "nope_headslope_4L", "rope_yarn_ft_4L", "rope_ntk_zeroshot", "nope_window_L",
+             "rope_window_L"]
+    write_eval(tmp_path / "a", names)
+    results = json.loads((tmp_path / "a" / "results.json").read_text())
+    alias = {n: f"row{i}" for i, n in enumerate(names)}
+    renamed = results | {"methods": {alias[n]: m | {"reference": alias.get(m.get("reference"))}
+                                     for n, m in results["methods"].items()}}
+    drawn = []
+    for folder, res in (("a", results), ("b", renamed)):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        F = plot.Figures(str(tmp_path / folder))
+        plot.families(F, res)
+        drawn.append(F.drawn)
+    assert drawn[0] == drawn[1] and len(drawn[0]) >= 3, drawn
+    for fn in drawn[0]:
+        assert (tmp_path / "a" / fn).read_bytes() == (tmp_path / "b" / fn).read_bytes(), fn
 
 
 def test_moving_average_keeps_the_length_and_the_mean_of_a_line():

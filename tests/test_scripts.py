@@ -143,6 +143,14 @@ def test_evaluate_tables_plots_and_merging(trained, tmp_path):
     # a different protocol cannot be merged into the same table
     proc = run_script("evaluate.py", f"--ckpts=x={trained}", f"--out_dir={out}", "--windows=5", check=False)
     assert proc.returncode == 2 and "other settings" in proc.stderr
+    # rows written before they recorded their facts are not merged into (study/add_facts.py first)
+    res = json.loads((out / "results.json").read_text())
+    (out / "results.json").write_text(json.dumps(
+        res | {"methods": {k: {f: v for f, v in m.items() if f != "model"}
+                           for k, m in res["methods"].items()}}))
+    proc = run_script("evaluate.py", f"--ckpts=x={trained}", *common, check=False)
+    assert proc.returncode == 2 and "study/add_facts.py" in proc.stderr, proc.stderr
+    (out / "results.json").write_text(json.dumps(res))
     # the same row measured again without entropy keeps none of its earlier measurement's; lengths
     # given out of order are measured shortest first, the curve from the longest
     run_script("evaluate.py", f"--ckpts=nope={trained}", f"--out_dir={out}", "--lengths=4,1,2", "--windows=4",

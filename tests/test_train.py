@@ -93,6 +93,10 @@ def test_resume_on_another_number_of_processes_is_refused():
         check_resume(cfg, model, saved, "ckpt.pt", 10, world=1, saved_world=2)
     with pytest.raises(UserError, match=r"n_layer=2 \(now 3\)"):  # the model's settings too
         check_resume(cfg, {"n_layer": 3}, saved, "ckpt.pt", 10, world=2, saved_world=2)
+    # a default given on one command and left out on the other is the same model
+    check_resume(cfg, {"n_layer": 2, "pos_encoding": "nope"}, saved, "ckpt.pt", 10, 2, 2)
+    with pytest.raises(UserError, match=r"pos_encoding='nope' \(now 'rope'\)"):
+        check_resume(cfg, {"n_layer": 2, "pos_encoding": "rope"}, saved, "ckpt.pt", 10, 2, 2)
 
 
 def test_kill_mid_run_then_resume(tiny_dataset, tmp_path):
@@ -216,3 +220,43 @@ def test_fit_at_stops_a_diverging_fit_and_fits_float16_cards_in_float32(tiny_dat
         search_scales.fit_at(model, ds, cfg, 16, 1.3, contextlib.nullcontext(), "cpu", "float32")
     assert not model.training and all(p.requires_grad for p in model.parameters())
     assert torch.equal(model.get_head_scales(), torch.ones(1, 4))
+
+
+def test_fit_at_with_slopes_leaves_the_model_as_found_and_a_lambda_set_once_still_fits(
+        tiny_dataset, capsys):
+    """--fit=slope: what fit_head_scales sets as lambda becomes the slopes a, on every forward of
+    the fit (a T5 that sets lam once, before its loop, too); after it the model's scales and
+    slopes are what they were, none of them requiring grad; the progress line shows mean, min
+    and max."""
+    import search_scales
+    from data import Dataset
+    from test_model import make
+    model = make("nope", bos=True, vocab_size=Dataset(str(tiny_dataset)).vocab_size, n_layer=2)
+    ds = Dataset(str(tiny_dataset), bos=True)
+    model.set_head_slopes(0.25)
+    cfg = search_scales.SearchConfig(steps=3, log_interval=3, fit_batch_size=2, fit="slope")
+    a, log = search_scales.fit_at(model, ds, cfg, 16, 0.1, contextlib.nullcontext(), "cpu",
+                                  "float32")
+    assert a.shape == (2, 4) and len(log) == 3 and set(log[0]) >= {"a_mean", "a_min", "a_max"}
+    assert torch.equal(model.get_head_slopes(), torch.full((2, 4), 0.25))
+    assert torch.equal(model.get_head_scales(), torch.ones(2, 4))
+    assert not any(b.attn.head_slope.requires_grad or b.attn.head_scale.requires_grad
+                   for b in model.transformer.h)
+    out = capsys.readouterr().out
+    assert all(f"a_{k} " in out for k in ("mean", "min", "max")), out
+
+    def set_once(model, batches, init, steps, lr, **_):  # lam set before the loop, not each step
+        lam, grads = init.clone().requires_grad_(True), []
+        model.set_head_scales(lam)
+        for _, (x, y) in zip(range(steps), batches):
+            model(x, y)[1].backward()
+            grads.append(lam.grad.clone())
+        return torch.stack(grads), [{"loss": 0.0}]
+
+    real, search_scales.fit_head_scales = search_scales.fit_head_scales, set_once
+    try:
+        grads, _ = search_scales.fit_at(model, ds, cfg, 16, 0.1, contextlib.nullcontext(), "cpu",
+                                       "float32")
+    finally:
+        search_scales.fit_head_scales = real
+    assert all(not torch.equal(g, h) for g, h in zip(grads, grads[1:]))  # each step reached a
