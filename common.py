@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parent  # the repository
 class UserError(Exception):
     """Bad input from the user: printed as one line, exit status 2, nothing written."""
 
+    code = 2  # the exit status (a subclass may say another)
+
 
 def run_main(main):
     """Run a script's main(), turning user errors (and model.py's CheckpointError, where model.py
@@ -50,7 +52,7 @@ def run_main(main):
         # one write, newline included: stderr to a pipe is write-through, and print() writes the
         # line and its newline apart, so two DDP ranks' lines could run into one
         sys.stderr.write(f"error: {e}\n")
-        sys.exit(2)
+        sys.exit(getattr(e, "code", 2))
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)

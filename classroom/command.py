@@ -133,7 +133,17 @@ def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
     say(f"total {total:g}/{most} ({time.time() - t0:.0f} s)")
     if cfg.json:
         atomic_write_text(cfg.json, json_text(gradescope(results, tasks, time.time() - t0)))
+    failed = [r["id"] for r in results if r.get("machine")]
+    if failed and not quiet:
+        raise MachineFailure(f"{', '.join(failed)} not graded: the machine failed each twice "
+                             "(above); grade again with --tasks=" + ",".join(failed))
     return results
+
+
+class MachineFailure(UserError):
+    """Grading ran, but the machine failed a task twice: the teacher must grade it again."""
+
+    code = 3
 
 
 def json_text(obj):

@@ -35,31 +35,51 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import astuple
 from pathlib import Path
 
 from classroom import copyflag, sandbox
 from classroom.report import plain, result
-from classroom.source import (Refused, copy_tree, find_function, fingerprint, parse_text,
+from classroom.source import (Refused, blank, find_function, fingerprint, parse_text,
                               split_spec, submitted_function, take, take_snapshot, task_of,
                               tests_command)
 from classroom.upload import UploadError, folders, holds, read_upload
 from common import UserError
 
-# what a task's copy leaves out: no test, no reference, no handout and none of the kit but the
-# worker's own modules (remote.py and what it imports)
-WORKER_LEAVES_OUT = ("tests", "docs", ".github", ".ci", "out")
-WORKER_KEEPS = ("__init__.py", "remote.py", "wire.py", "sandbox.py", "report.py", "source.py")
+# What a task's copy holds (an allow-list): the modules the graded functions import and the
+# worker's own (remote.py and what it imports). No test, no reference, no handout, none of the
+# rest of the kit, no study code (some of it computes a task's answer another way).
+WORKER_HOLDS = ("model.py", "families.py", "search_scales.py", "evaluate.py", "common.py",
+                "data/__init__.py", "classroom/__init__.py", "classroom/remote.py",
+                "classroom/wire.py", "classroom/sandbox.py", "classroom/report.py",
+                "classroom/source.py")
 
 
-def worker_leaves_out(snap):
-    """WORKER_LEAVES_OUT, and every file of the snapshot's classroom/ but WORKER_KEEPS."""
-    kit = Path(snap) / "classroom"
-    return WORKER_LEAVES_OUT + tuple(f"classroom/{p.name}" for p in sorted(kit.iterdir())
-                                     if p.name not in WORKER_KEEPS)
+def worker_copy(snap, dst, tasks, tid=None):
+    """The worker's copy of the snapshot at dst: WORKER_HOLDS, with every task function blanked
+    but those of task tid and of the tasks it `uses` (tasks.toml: T5's model calls T1), and with
+    the project's functions that compute tid's answer another way (its `also_blank`) blanked
+    too. So no copy holds the project's solution of a task its student's code runs in, and a
+    task's copy is in the worker only while that task runs (judge.py), so no sibling copy does
+    either. tid None: the copy the worker starts in, every task function blank."""
+    keep = set() if tid is None else {tid, *tasks[tid].get("uses", [])}
+    blanks = {}
+    for t, task in tasks.items():
+        for spec in task["functions"] if t not in keep else []:
+            blanks.setdefault(split_spec(spec)[0], []).append(split_spec(spec)[1])
+    for spec in [] if tid is None else tasks[tid].get("also_blank", []):
+        blanks.setdefault(split_spec(spec)[0], []).append(split_spec(spec)[1])
+    for rel in WORKER_HOLDS:
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        text = (Path(snap) / rel).read_text(encoding="utf-8")
+        if rel in blanks:
+            text = blank(text, blanks[rel], lambda name: f"{name}: not part of this task")
+        (dst / rel).write_text(text, encoding="utf-8", newline="\n")
+
+
 GRACE_S = 60  # the judge's own start-up and shut-down, beyond the task's limit
+WALL = 4  # the judge's own wall-clock bound: WALL times each task's backstop, plus GRACE_S
 
 
 def read_tasks(path):
@@ -161,8 +181,9 @@ class Grader:
     context manager: its temporary folder goes at the end."""
 
     def __init__(self, root, secret="", seed=-1, timeout=60, method="auto",
-                 limits=sandbox.Limits()):
+                 limits=sandbox.Limits(), judge_mb=4096):
         self.root, self.secret, self.seed, self.timeout = Path(root), secret, seed, timeout
+        self.judge_mb = judge_mb
         self.method, self.warning = sandbox.choose(method)
         self.limits = limits
         self.tmp = Path(tempfile.mkdtemp(prefix="nanonope_grade_"))
@@ -180,13 +201,13 @@ class Grader:
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
-        self.lock, self.judges = threading.Lock(), set()
         sandbox.become_subreaper()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
+        sandbox.kill_below()  # every grading has ended: whatever is left below is a stray
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def describe(self):
@@ -220,21 +241,31 @@ class Grader:
 
     def grade(self, sub, ids, slot=0):
         """Results of each task in ids (dicts), in order: every task whose functions could be
-        taken is checked by one judge, in one worker with a fresh process a task. Each result's
-        "_prints" holds its fingerprints (grade-all compares students with them)."""
+        taken is checked by one judge, in one worker with a fresh process a task. A task that
+        the machine failed (a check marked so: remote.MachineError) is graded once more; failed
+        again, its result says so ("machine"), with no score. Each result's "_prints" holds its
+        fingerprints (grade-all compares students with them)."""
         t0, sub = time.time(), Path(sub)
         work = self.tmp / secrets.token_hex(8)  # a name no other submission's worker can guess
-        (work / "copies").mkdir(parents=True)
-        (work / "root").mkdir()
+        for part in ("staged", "copies", "root"):
+            (work / part).mkdir(parents=True)
         try:
-            results = {tid: self.prepare(self.tasks[tid], sub, work / "copies") for tid in ids}
+            results = {tid: self.prepare(self.tasks[tid], sub, work / "staged") for tid in ids}
             ready = {tid: r.pop("_job") for tid, r in results.items() if "_job" in r}
-            if ready:
+            for attempt in range(2):
+                if not ready:
+                    break
+                worker_copy(self.snap, work / "copies" / "_worker", self.tasks)
                 sandbox.make_readable(work)
-                checks, why = self.run_judge(ready, slot, work / "copies")
-                for tid, r in results.items():
-                    if tid in ready:
-                        self.verdict(r, self.tasks[tid], checks.get(tid, []), why)
+                os.chmod(work / "staged", 0o700)  # the judge's alone until a task begins
+                checks, why, machine = self.run_judge(ready, slot, work)
+                for tid in ready:
+                    self.verdict(results[tid], self.tasks[tid], checks.get(tid, []), why)
+                    if attempt and machine.get(tid):  # twice: not graded, and the teacher told
+                        results[tid] |= {"machine": machine[tid], "score": 0, "passed": False,
+                                         "output": f"NOT GRADED: the machine failed it twice "
+                                         f"({machine[tid]}); grade it again"}
+                ready = {tid: job for tid, job in ready.items() if machine.get(tid)}
         finally:
             shutil.rmtree(work, ignore_errors=True)
         for folder, was in self.prints.items():
@@ -280,7 +311,7 @@ class Grader:
                               else seed_of(self.secret, task["id"], [t for _, t in texts.values()]))
         if len(stubs) < len(texts):  # a worker runs some of it: its copy
             try:
-                copy_tree(self.snap, copy, leave_out=worker_leaves_out(self.snap))
+                worker_copy(self.snap, copy, self.tasks, task["id"])
                 for spec, (submitted, _) in texts.items():
                     path, qualname = split_spec(spec)
                     put = take(submitted, (copy / path).read_text(encoding="utf-8"), qualname)
@@ -289,54 +320,58 @@ class Grader:
                 shutil.rmtree(copy, ignore_errors=True)
                 raise
         job = {"functions": task["functions"], "seed": seed, "limit_s": self.timeout,
-               "stubs": stubs}
+               "backstop_s": 3 * self.timeout, "stubs": stubs}
         return out | {"_job": job}
 
-    def run_judge(self, jobs, slot, copies):
-        """({task id: every check of the task with its outcome}, why when the tests did not run)."""
+    def run_judge(self, jobs, slot, work):
+        """({task id: every check of the task with its outcome}, why when the tests did not run,
+        {task id: why the machine failed it}). The judge moves each task's staged copy into the
+        worker's view when the task starts and takes it away when it ends (judge.py)."""
         judge = self.tmp / f"judge_{secrets.token_hex(8)}"
         judge.mkdir(mode=0o700)
         try:
             spec = {"sandbox": self.method, "limits": list(astuple(self.limits)), "slot": slot,
-                    "results": str(judge / "results.json"), "copies": str(copies),
-                    "log": str(judge / "worker.log"), "tasks": jobs}
+                    "results": str(judge / "results.json"), "copies": str(work / "copies"),
+                    "staged": str(work / "staged"), "log": str(judge / "worker.log"),
+                    "judge_mb": self.judge_mb, "tasks": jobs}
             (judge / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
             env = {**sandbox.environment(str(judge)), "NANONOPE_JUDGE": str(judge / "spec.json"),
                    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
             cmd = tests_command("classroom.judge", jobs) + ["--tb=no", "--no-header"]
-            limit = self.timeout * len(jobs) + GRACE_S
-            with self.lock:
-                proc = subprocess.Popen(cmd, cwd=self.snap, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT)
-                self.judges.add(proc.pid)
+            limit = WALL * sum(job["backstop_s"] for job in jobs.values()) + GRACE_S
+            proc = subprocess.Popen(cmd, cwd=self.snap, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT)
             try:
                 out = proc.communicate(timeout=limit)[0].decode("utf-8", errors="replace")
                 tail = out.strip().splitlines()[-1:]
             except subprocess.TimeoutExpired:
-                proc.kill()
+                sandbox.kill_tree(proc.pid)  # this judge's tree alone: another grading's lives
                 proc.communicate()
-                tail = [f"the judge itself ran past {limit} s"]
-            finally:
-                with self.lock:
-                    self.judges.discard(proc.pid)
-                    # strays of this grading, none of another's
-                    sandbox.kill_below(keep=self.judges)
+                tail = [f"the machine's failure: the judge itself ran past {limit} s"]
             out = judge / "results.json"
             if not out.exists():
-                return {}, "the tests did not run: " + plain(" | ".join(tail))
+                why = "the tests did not run: " + plain(" | ".join(tail))
+                return {}, why, {tid: why for tid in jobs}
             got = json.loads(out.read_text(encoding="utf-8"))
         finally:
             shutil.rmtree(judge, ignore_errors=True)
-        checks = {}
+        checks, machine = {}, {}
         for name in got["collected"]:
             c = got["checks"].get(
-                name, {"ok": False, "why": "not run: the check never reported", "seconds": 0.0}
+                name, {"ok": False, "why": "not run: the check never reported", "seconds": 0.0,
+                       "machine": True}
             )
-            checks.setdefault(task_of(name), []).append(
+            tid = task_of(name)
+            checks.setdefault(tid, []).append(
                 {"name": name, "ok": bool(c["ok"]), "why": plain(c["why"]),
                  "seconds": c["seconds"], "hidden": c.get("hidden", True)}
             )
-        return checks, ""
+            if c.get("machine") and tid not in machine:
+                machine[tid] = plain(c["why"])
+        for tid, used in got.get("usage", {}).items():
+            for c in checks.get(tid, []):
+                c["usage"] = plain(used)
+        return checks, "", machine
 
     @staticmethod
     def verdict(result, task, checks, why):

@@ -25,6 +25,7 @@ sees its reason without numbers (classroom/report.py).
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,11 +41,12 @@ from classroom.source import resolve, task_of
 
 SPEC = "NANONOPE_JUDGE"
 SIGNALS = {
-    signal.SIGKILL: "killed (out of memory, or past a limit)",
-    getattr(signal, "SIGXCPU", -1): "past its CPU time limit",
-    getattr(signal, "SIGXFSZ", -1): "past its file size limit",
+    signal.SIGKILL: "killed (SIGKILL)",
+    getattr(signal, "SIGXCPU", -1): "past one process's CPU time limit (RLIMIT_CPU, --cpu_s)",
+    getattr(signal, "SIGXFSZ", -1): "past its file size limit (--file_mb)",
     signal.SIGSEGV: "crashed (segmentation fault)",
 }
+JUDGE_MB = 4096  # the judge's own data bound (RLIMIT_DATA; spec "judge_mb"): a backstop only
 
 
 class State:
@@ -105,9 +107,8 @@ def start_worker():
     spec = State.spec
     limits = sandbox.Limits(*spec["limits"])
     argv = [sys.executable, "-m", "classroom.remote"]
-    first = sorted(os.listdir(spec["copies"]))[0]
     proc = subprocess.Popen(
-        **sandbox.command(spec["sandbox"], spec["copies"], argv, limits, spec["slot"], first),
+        **sandbox.command(spec["sandbox"], spec["copies"], argv, limits, spec["slot"], "_worker"),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     log = Log(spec["log"], limits.log_kb << 10)
     threading.Thread(target=log.keep, args=(proc.stderr,), daemon=True).start()
@@ -141,10 +142,13 @@ def pytest_configure(config):
     if not os.environ.get(SPEC):
         return
     spec = State.spec = json.loads(Path(os.environ[SPEC]).read_text(encoding="utf-8"))
+    limit_memory(spec.get("judge_mb", JUDGE_MB))
+    limits = sandbox.Limits(*spec["limits"])
     sandbox.become_subreaper()  # a worker's orphans come back here, and die with the session
     pool = State.pool = remote.Pool(start_worker)
     for tid, task in spec["tasks"].items():
-        link = State.links[tid] = remote.Link(pool, tid, task["limit_s"])
+        link = State.links[tid] = remote.Link(pool, tid, task["limit_s"], limits.memory_mb,
+                                               task.get("backstop_s"))
         for name in task["functions"]:
             own = resolve(name)
             stub = task.get("stubs", {}).get(name)
@@ -153,6 +157,32 @@ def pytest_configure(config):
             State.swaps.append((tid, own.__name__, own, stand_in))
     if any(len(t.get("stubs", {})) < len(t["functions"]) for t in spec["tasks"].values()):
         pool.acquire()  # the worker imports PyTorch while pytest collects
+
+
+def limit_memory(mb):
+    """The judge's own bound: what it decodes from a worker is bounded message by message
+    (classroom/wire.py); this data limit is the backstop beyond which it fails rather than
+    take the machine's memory (a MemoryError here is the machine's failure, not the
+    student's)."""
+    try:
+        import resource  # Unix only: the kit imports on Windows too
+    except ImportError:
+        return
+    hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+    value = mb << 20 if hard == resource.RLIM_INFINITY else min(mb << 20, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (value, hard))
+
+
+def show_copy(tid):
+    """Only task tid's copy in the worker's view: the last task's copy taken away (its process
+    has ended), tid's copied in from where the grader staged it, out of the worker's sight. A
+    task's code never sees another task's copy, which holds the project's version of it."""
+    copies, staged = Path(State.spec["copies"]), Path(State.spec["staged"])
+    for old in copies.iterdir():
+        if old.name != "_worker":
+            shutil.rmtree(old)
+    if tid and (staged / tid).is_dir():
+        shutil.copytree(staged / tid, copies / tid)
 
 
 def put_in_place(tid):
@@ -184,12 +214,9 @@ def pytest_runtest_setup(item):
     if tid != State.current:
         if State.current in State.links:
             State.links[State.current].stop()  # one worker at a time: its task is done
+        show_copy(tid)
         put_in_place(tid)
         State.current = tid
-        link = State.links.get(tid)
-        if link is not None and link.deadline is None:
-            # the task's clock starts at its first check
-            link.deadline = time.monotonic() + link.limit_s
     item.module.SEED = State.spec["tasks"][tid]["seed"]
 
 
@@ -219,11 +246,15 @@ def pytest_runtest_makereport(item, call):
     if State.spec is not None and (report.when == "call" or not report.passed):
         old = State.checks.get(item.name)
         if old is None or old["ok"]:  # the first failure of a check is its reason
+            exc = call.excinfo.value if call.excinfo is not None else None
             State.checks[item.name] = {
                 "ok": report.passed and report.when == "call",
                 "why": "" if report.passed else why(report, call),
                 "seconds": round(report.duration, 2),
                 "hidden": item.name in State.hidden,
+                # the grader's own failures are the machine's: the task is graded again
+                "machine": not report.passed and (getattr(exc, "machine", False)
+                                                   or isinstance(exc, MemoryError)),
             }
 
 
@@ -234,6 +265,7 @@ def pytest_sessionfinish(session):
         return
     State.pool.kill()
     sandbox.kill_below()
+    show_copy("")  # no copy left in the worker's view
     out = Path(State.spec["results"])
     tmp = out.with_suffix(".tmp")
     tmp.write_text(
@@ -242,6 +274,7 @@ def pytest_sessionfinish(session):
                 "collected": State.collected,
                 "checks": State.checks,
                 "calls": {t: link.calls for t, link in State.links.items()},
+                "usage": {t: link.usage() for t, link in State.links.items() if link.calls},
             }
         ),
         encoding="utf-8",

@@ -31,8 +31,10 @@ import contextlib
 import inspect
 import io
 import os
+import shutil
 import struct
 import sys
+import threading
 import time
 
 from classroom.report import plain
@@ -43,6 +45,15 @@ from classroom.wire import (Budget, Reader, WireError, context, from_wire, load_
 
 class StudentError(Exception):
     """In the judge: what the student's function raised, or why it gave nothing back."""
+
+    machine = False  # True: the machine's failure, not the student's (the grader retries it)
+
+
+class MachineError(StudentError):
+    """In the judge: a task ended by something its own use of the machine did not cause (the
+    backstop with CPU time to spare, a kill the grader did not send)."""
+
+    machine = True
 
 
 class TaskEnded(Exception):
@@ -276,21 +287,60 @@ class Pool:
             self.proc = None
 
 
+def oom_kills():
+    """How many processes the host's out-of-memory killer has killed (Linux), else None."""
+    try:
+        with open("/proc/vmstat", encoding="ascii") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("oom_kill ")),
+                        None)
+    except OSError:
+        return None
+
+
+WATCH_S = 0.2  # how often the watchdog reads the worker's processes while a call waits on them
+
+
 class Link:
     """The judge's end of one task's process in the worker: opened at the task's first call,
     closed at its last; stopped at the first failure that leaves it in doubt, after which later
-    calls fail at once with "not run: ..."."""
+    calls fail at once with "not run: ...".
 
-    def __init__(self, pool, tid, limit_s):
-        self.pool, self.tid, self.limit_s = pool, tid, limit_s
-        self.deadline = None  # time.monotonic() past which no call runs: limit_s after the first
+    What decides a task is the student's own use, read from outside while a call waits on the
+    worker (a watchdog thread, every WATCH_S; sandbox.tree_usage): the CPU seconds of all the
+    worker's processes since the task began (limit_s), and the memory they hold, private and
+    shared, beyond what the worker held before it (memory_mb). Reaching either ends the task
+    and is the student's: the reason names the bound and the use. The backstop, for code that
+    waits, is the wall-clock time the judge waited on the worker for this task (backstop_s; the
+    judge's own computation between calls does not count). It fires only with CPU time to
+    spare, so it is the machine's failure (a loaded host), not the student's: MachineError, and
+    the grader grades the task again. So is a kill of the worker the grader did not send (the
+    host's out-of-memory killer)."""
+
+    def __init__(self, pool, tid, limit_s, memory_mb=1 << 20, backstop_s=None):
+        self.pool, self.tid, self.limit_s, self.memory_mb = pool, tid, limit_s, memory_mb
+        self.backstop_s = backstop_s or 3 * limit_s
         self.open = False
-        self.dead = None
+        self.dead = None  # the error that stopped the task: later calls raise its kind
         self.calls = 0
+        self.waited = 0.0  # seconds the judge waited on the worker in this task's calls
+        self.cpu = self.peak = 0  # the task's CPU seconds and most memory (bytes) seen so far
+        self.base = None  # the worker's (CPU, memory) when the task began
+        self.ended_by = None  # the error the watchdog ended the worker with
+        self.ooms = None  # the host's out-of-memory kills when the task began (oom_kills)
+        self.read_at = 0.0
+
+    def usage(self):
+        """What the student's processes used of the task's bounds, in words."""
+        return (f"{self.cpu:.1f} of {self.limit_s} s CPU, {self.peak / 2**20:.0f} of "
+                f"{self.memory_mb} MB, {self.waited:.0f} of {self.backstop_s} s waited")
 
     def _open(self):
         w = self.pool.acquire()
         self.reader, self.wfd, self.ended = w.reader, w.wfd, w.ended
+        if self.base is None:
+            from classroom.sandbox import tree_usage  # the teacher's: not in a student copy
+
+            self.base, self.ooms = tree_usage(w.proc.pid), oom_kills()
         send(self.wfd, ("task", self.tid))
         self.open = True
 
@@ -302,17 +352,55 @@ class Link:
                 self.pool.release(time.monotonic() + 15)
             self.open = False
         if reason and not self.dead:
-            self.dead = reason
+            self.dead = reason if isinstance(reason, StudentError) else StudentError(reason)
 
-    def _fail(self, reason):
-        self.stop(reason)
-        raise StudentError(reason)
+    def _fail(self, error):
+        error = error if isinstance(error, StudentError) else StudentError(error)
+        self.stop(error)
+        raise error
+
+    def bound_reached(self, waited):
+        """The error that ends the task now, or None: the watchdog's reading of the worker."""
+        from classroom.sandbox import tree_usage  # the teacher's: not in a student copy
+
+        proc = self.pool.proc
+        if proc is None or self.base is None:
+            return None
+        cpu, memory = tree_usage(proc.pid)
+        self.cpu = max(self.cpu, cpu - self.base[0])
+        self.peak = max(self.peak, memory - self.base[1])
+        self.read_at = time.monotonic()
+        if self.cpu > self.limit_s:
+            return StudentError(f"past its CPU limit of {self.limit_s} s (its processes used "
+                                f"{self.usage()}): the worker was stopped")
+        if self.peak > self.memory_mb << 20:
+            return StudentError(f"past its memory bound of {self.memory_mb} MB, private and "
+                                f"shared (its processes used {self.usage()}): the worker was "
+                                "stopped")
+        if waited > self.backstop_s:
+            return MachineError(f"the machine's failure, not yours: {self.backstop_s} s waited "
+                                f"with CPU time to spare ({self.usage()}), so the host was "
+                                "loaded: the worker was stopped and the task will be graded "
+                                "again")
+        return None
+
+    def _watch(self, done, since):
+        """While a call waits on the worker (until done is set): stop the worker at the first
+        bound reached, keeping why in ended_by."""
+        from classroom.sandbox import kill_tree  # the teacher's: not in a student copy
+
+        while not done.wait(WATCH_S):
+            error = self.bound_reached(self.waited + time.monotonic() - since)
+            if error is not None:
+                self.ended_by = error
+                proc = self.pool.proc
+                if proc is not None:
+                    kill_tree(proc.pid)
+                return
 
     def call(self, stand_in, args, kwargs, observe=False):
         if self.dead:
-            raise StudentError(f"not run: {self.dead}")
-        if self.deadline is None:
-            self.deadline = time.monotonic() + self.limit_s
+            raise type(self.dead)(f"not run: {self.dead}")
         if not self.open:
             self._open()
         self.calls += 1
@@ -329,22 +417,38 @@ class Link:
         except WireError as e:
             raise TypeError(str(e)) from None  # the test's own arguments: the grader's mistake
         pending = []  # an exception an iterator of the test's raised: it wins
+        since, done = time.monotonic(), threading.Event()
+        watch = threading.Thread(target=self._watch, args=(done, since), daemon=True)
+        watch.start()
         try:
-            kind, value, after, seen = self._exchange(request, refs, pending)
-        except TimeoutError:
-            self._fail(f"the time limit of {self.limit_s} s was reached (the worker was stopped)")
+            kind, value, after, seen = self._exchange(
+                request, refs, pending, since + self.backstop_s - self.waited + 30)
+        except TimeoutError:  # the watchdog did not end it: the last resort, the machine's
+            self._fail(self.ended_by or MachineError(
+                f"the machine's failure, not yours: no answer in {self.backstop_s} s "
+                f"({self.usage()}): the task will be graded again"))
         except (EOFError, BrokenPipeError):
             self.pool.proc.wait()
-            self._fail(self.ended(self.pool.proc.returncode))
+            self._fail(self.ended_by or self.killed(self.pool.proc.returncode))
         except TaskEnded as e:  # the task's process died between messages: the worker lives on
             self.open = False
-            self.dead = self.ended(e.code)
-            raise StudentError(self.dead) from None
+            self.dead = self.ended_by or self.killed(e.code)
+            raise type(self.dead)(str(self.dead)) from None
         except (WireError, ValueError, RuntimeError, KeyError, TypeError, IndexError) as e:
             self._fail(f"the worker sent something the grader does not take: {plain(e)}")
+        finally:
+            done.set()
+            watch.join()
+            self.waited += time.monotonic() - since
+        if time.monotonic() - self.read_at > 1:  # short calls: the bounds read once a second
+            error = self.bound_reached(self.waited)
+            if error is not None:
+                self._fail(error)
         if pending:
             raise pending[0]
         if kind == "error":
+            if value.startswith("MemoryError"):
+                value += f" (a process's data bound: the worker's memory of {self.memory_mb} MB)"
             raise StudentError(value)
         changed = stand_in.changed(args, kwargs, after)
         if changed:
@@ -354,13 +458,27 @@ class Link:
             )
         return value, seen
 
-    def _exchange(self, request, refs, pending):
+    def killed(self, code):
+        """The error for a worker or task process that ended with code, the watchdog silent: a
+        SIGKILL the grader did not send is the machine's when the host's out-of-memory killer
+        struck meanwhile (Linux counts its kills), else the student's code's own."""
+        text = self.ended(code)
+        if code == -9 and oom_kills() != self.ooms:
+            return MachineError(f"{text} by the host's out-of-memory killer, not by a bound of "
+                                f"the grader's ({self.usage()}): the task will be graded again")
+        if code == -9:
+            return StudentError(f"{text}, by no bound of the grader's and not by the host: by "
+                                f"its own code ({self.usage()})")
+        return StudentError(f"{text} ({self.usage()})")
+
+
+    def _exchange(self, request, refs, pending, deadline):
         """Send the call, answer the worker's requests for items, and return ("result", value,
         the arguments after the call, what was observed) or ("error", what the student's code
         raised, None, None). Everything that comes back is counted (wire.Budget)."""
         send(self.wfd, ("call", request))
         while True:
-            message = receive(self.reader, self.deadline)
+            message = receive(self.reader, deadline)
             if not isinstance(message, tuple) or not message:
                 raise WireError("a message that is not a tuple")
             kind, *body = message
@@ -527,7 +645,18 @@ class Server:
                     os._exit(code)
             _, status = os.waitpid(pid, 0)
             kill_below()  # what the task's process left behind: it does not outlive its task
+            empty(os.environ.get("TMPDIR", "/tmp"))  # nor what it wrote: the next task's own
             send(self.wfd, ("free", os.waitstatus_to_exitcode(status)))
+
+
+def empty(folder):
+    """Remove what is in folder (the worker's temporary folder, between tasks)."""
+    for entry in os.scandir(folder):
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
 
 
 def run_task(tasks, tid, rfd, wfd):

@@ -74,12 +74,14 @@ class Limits:
     cpu_s: int = 120  # CPU seconds, all its threads together (RLIMIT_CPU)
     tmpfs_mb: int = 64  # its /tmp (bwrap and unshare)
     log_kb: int = 1024  # what it prints, kept by the judge; the rest is cut (judge.py)
+    tmp_files: int = 4096  # files and folders in its /tmp (unshare: each costs kernel memory)
+    open_files: int = 512  # files it may hold open at once (RLIMIT_NOFILE: memfds count here)
 
     def env(self, method):
         """The NANONOPE_LIMITS the worker reads. No process limit outside a namespace unless the
         uid is the worker's own: it would count the teacher's processes too."""
         nproc = self.processes if method in ("bwrap", "unshare", "user") else 0
-        return f"{self.memory_mb},{nproc},{self.file_mb},{self.cpu_s}"
+        return f"{self.memory_mb},{nproc},{self.file_mb},{self.cpu_s},{self.open_files}"
 
 
 def apply_limits(text):
@@ -88,9 +90,10 @@ def apply_limits(text):
         import resource  # Unix only: the kit imports on Windows too
     except ImportError:  # Windows: none
         return
-    memory_mb, nproc, file_mb, cpu_s = (int(x) for x in text.split(","))
+    memory_mb, nproc, file_mb, cpu_s, open_files = (int(x) for x in text.split(","))
     pairs = [
         (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NOFILE, open_files),
         (resource.RLIMIT_DATA, memory_mb << 20),
         (resource.RLIMIT_FSIZE, file_mb << 20),
         (resource.RLIMIT_CPU, cpu_s),
@@ -218,8 +221,8 @@ def bwrap_args(copy, limits, inside=""):
 UNSHARE_SCRIPT = r"""set -eu
 PATH=/usr/sbin:/sbin:$PATH
 R=$1; C=$2; shift 2
-mount -t tmpfs -o mode=755 nanonope "$R"
-mkdir "$R/tmp"; mount -t tmpfs -o "mode=1777,size=${TMP_MB}m" nanonope "$R/tmp"
+mount -t tmpfs -o mode=755,size=1m,nr_inodes=1024 nanonope "$R"
+mkdir "$R/tmp"; mount -t tmpfs -o "mode=1777,size=${TMP_MB}m,nr_inodes=$TMP_FILES" nanonope "$R/tmp"
 for p in $PATHS; do
   if [ -L "$p" ]; then mkdir -p "$R$(dirname "$p")"; ln -s "$(readlink "$p")" "$R$p"
   elif [ -d "$p" ]; then mkdir -p "$R$p"; mount --rbind "$p" "$R$p"; mount -o remount,bind,ro "$R$p"
@@ -232,9 +235,12 @@ mkdir "$R/proc"; mount -t proc proc "$R/proc"
 mount --bind "$R/proc/sys" "$R/proc/sys"; mount -o remount,bind,ro "$R/proc/sys"
 mkdir "$R/dev"
 for d in null zero urandom random; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
+for k in shmmax shmall shmmni msgmnb msgmni; do echo 0 > "/proc/sys/kernel/$k"; done
+echo 0 > /proc/sys/fs/mqueue/queues_max
 mkdir "$R/.old"; cd "$R"; pivot_root . .old; umount -l /.old; rmdir /.old
+mount -o remount,ro /
 cd "/task/$INSIDE"
-unset OLDPWD PATHS TMP_MB INSIDE
+unset OLDPWD PATHS TMP_MB TMP_FILES INSIDE
 exec setpriv $DROP --pdeathsig KILL --no-new-privs \
     --inh-caps=-all --ambient-caps=-all --bounding-set=-all -- "$@"
 """
@@ -262,7 +268,8 @@ def command(method, copy, argv, limits=Limits(), slot=0, inside=""):
         drop = ("--reuid={0} --regid={1} --clear-groups".format(*worker_uid(slot)) if as_root()
                 else "")
         extra = {"PATHS": " ".join(system_paths() + python_paths()), "DROP": drop,
-                 "TMP_MB": str(limits.tmpfs_mb), "INSIDE": inside}
+                 "TMP_MB": str(limits.tmpfs_mb), "TMP_FILES": str(limits.tmp_files),
+                 "INSIDE": inside}
         return {"args": unshare_args(copy, copy.parent / "root") + argv, "env": env | extra,
                 "cwd": "/"}
     scratch = copy.parent / "scratch"
@@ -425,6 +432,51 @@ def kill_tree(pid):
         except psutil.Error:
             pass
     psutil.wait_procs(procs, timeout=5)
+
+
+def tree_usage(pid):
+    """(CPU seconds, memory bytes) of pid and every process below it, seen from outside (the
+    judge's view of a worker). CPU: each process's own time and the time of the children it
+    reaped (a zombie's too), so a process that ended still counts. Memory: on Linux the
+    proportional share (smaps_rollup's Pss_Anon + Pss_Shmem) of private and shared anonymous
+    memory, so a page a fork shares is counted once and a mapped library file not at all, plus
+    the size of every memfd held open (its pages need not be mapped); elsewhere resident memory.
+    A process that ends while it is read is skipped."""
+    import psutil  # the worker's probe reads this file alone (python -S)
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return 0.0, 0
+    cpu = memory = 0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+            cpu += t.user + t.system + getattr(t, "children_user", 0) + getattr(
+                t, "children_system", 0)
+            memory += _linux_memory(p.pid) if sys.platform.startswith("linux") else (
+                p.memory_info().rss)
+        except (psutil.Error, OSError):
+            pass
+    return cpu, memory
+
+
+def _linux_memory(pid):
+    """Pss_Anon + Pss_Shmem of one process, and its open memfds' sizes, in bytes."""
+    total = 0
+    with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(("Pss_Anon:", "Pss_Shmem:")):
+                total += int(line.split()[1]) << 10
+    fds = f"/proc/{pid}/fd"
+    for fd in os.listdir(fds):
+        try:
+            if os.readlink(f"{fds}/{fd}").startswith("/memfd:"):
+                total += os.stat(f"{fds}/{fd}").st_size
+        except OSError:
+            pass
+    return total
 
 
 def _alive(p):
