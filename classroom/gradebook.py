@@ -15,10 +15,19 @@ crash mid-class loses no finished row. The one stop: the checkout or the snapsho
 (grading stops with one line; the rows written stay).
 
 Its columns: student, each task's points, total, problems (each failed task's first reason),
-copied (tasks whose functions are the project's own, classroom/copyflag.py), same_as (tasks
-whose functions lie wholly inside another student's, with whom and how closely; a task already
-flagged as the project's is not compared again), late, and the roster's columns. Neither copy
-column changes a score.
+copied (tasks whose functions are the project's own, classroom/copyflag.py), same_as (below),
+late, and the roster's columns. Neither copy column changes a score.
+
+same_as: the classmates whose function of a task lies wholly inside this one's, or this one
+inside theirs (copyflag.PAIR), each "T3 bob 0.92": the task, the classmate and how close the
+two are (copyflag.closeness: the share of both functions' fingerprints they hold in common,
+1.00 the same function up to the copy flag's normalisation). A task flagged as the project's
+is not compared again, and a blank stub has too few fingerprints to be. The likeliest copy
+comes first: pairs only the two share before those in a group ("T1 ada 1.00 (group of 12)":
+one of the two matches 11 classmates' T1, a common source such as a solution passed round,
+which singles no one out), then the closest, then by task and name. At most SAME_AS pairs are
+listed (5), the rest counted ("+57 more"). A class of 12 students sharing one source for all six
+tasks gives each 66 pairs: that, not the stubs or the project's code, is what fills the column.
 
 Names. A student's row and feedback file are their own whatever their folder names:
   - the student cell is the folder's name (behind the formula guard's quote when it starts
@@ -59,6 +68,7 @@ For a term:
 
 import csv
 import hashlib
+import math
 import os
 import queue
 import re
@@ -75,6 +85,7 @@ from classroom.grade import Grader, choose_submission, limits_of, secret_of
 from classroom.report import NAME_CHARS, csv_cell, plain, student_output
 from common import UserError, atomic_write_text, write_csv
 
+SAME_AS = 5  # pairs a same_as cell lists, likeliest first (the rest counted)
 TAG = re.compile(r"-[0-9a-f]{8}$")  # a feedback file's tag: a name ending so is tagged again
 LABEL_TAG = re.compile(r" \[[0-9a-f]{8}\]$")  # a student cell's tag, likewise
 SAFE_FILE = re.compile(r"[a-z0-9_][a-z0-9._-]{0,63}")  # a folder name kept as its file's name
@@ -399,8 +410,9 @@ def grade_all(folder, ids, tasks, cfg, root):
                 raise
     print()
     if not cfg.only:
-        for name, same in pairs(prints, ids).items():
-            rows[names[name][0]]["same_as"] = csv_cell("; ".join(same))
+        for name, matches in pairs(prints, ids).items():
+            rows[names[name][0]]["same_as"] = csv_cell(
+                same_as(matches, ids, lambda other: names[other][0]))
         write()
     for name in sorted(set(roster) - {s.name for s in students}) if roster and not cfg.only else []:
         print(f"the roster's {plain(name, NAME_CHARS)} has no folder in {folder}")
@@ -434,17 +446,35 @@ def grade_one(grader, sub, ids, tasks, slot):
 
 
 def pairs(prints, ids):
-    """{student: ["T3 bob 1.00", ...]}: for each task, the other students whose functions
-    match this one's (copyflag.PAIR or more)."""
-    out = {}
-    names = sorted(prints)
+    """{student: [(task, classmate, closeness, group)]}: for each task, the classmates whose
+    functions match this one's (copyflag.PAIR or more, either inside the other); group: the
+    students one of the two matches, the two included (2: a pair only they share)."""
+    names, hits, matched = sorted(prints), [], {}
     for tid in ids:
         for i, a in enumerate(names):
             for b in names[i + 1:]:
                 pa, pb = prints[a].get(tid), prints[b].get(tid)
-                if pa and pb:
-                    share = copyflag.similarity(pa, pb)
-                    if share >= copyflag.PAIR:
-                        out.setdefault(a, []).append(f"{tid} {plain(b, NAME_CHARS)} {share:.2f}")
-                        out.setdefault(b, []).append(f"{tid} {plain(a, NAME_CHARS)} {share:.2f}")
+                if pa and pb and copyflag.similarity(pa, pb) >= copyflag.PAIR:
+                    hits.append((tid, a, b, copyflag.closeness(pa, pb)))
+                    for s in (a, b):
+                        matched[s, tid] = matched.get((s, tid), 0) + 1
+    out = {}
+    for tid, a, b, close in hits:
+        group = 1 + max(matched[a, tid], matched[b, tid])
+        out.setdefault(a, []).append((tid, b, close, group))
+        out.setdefault(b, []).append((tid, a, close, group))
     return out
+
+
+def same_as(matches, ids, name=str):
+    """A student's same_as cell from their pairs(): the likeliest copy first (a pair only the two
+    share, then the smaller group; the closest; then by task and name), SAME_AS of them, the
+    rest counted. Closeness is cut, not rounded, to 2 places: 1.00 only for the same function."""
+    order = {t: i for i, t in enumerate(ids)}
+    ranked = sorted(((t, name(b), math.floor(c * 100) / 100, g) for t, b, c, g in matches),
+                    key=lambda m: (m[3], -m[2], order[m[0]], m[1]))
+    shown = [f"{t} {b} {c:.2f}" + (f" (group of {g})" if g > 2 else "")
+             for t, b, c, g in ranked[:SAME_AS]]
+    if len(ranked) > SAME_AS:
+        shown.append(f"+{len(ranked) - SAME_AS} more")
+    return "; ".join(shown)

@@ -1,11 +1,12 @@
 """The gradebook of a class (classroom/gradebook.py), without grading: the roster and the
 deadline checked before any student, a row and a feedback file each student's own whatever
-the folder names, --only exact, regrades keeping what they replace (issue 57's effects 10, 11
-and 13).
+the folder names, --only exact, regrades keeping what they replace, and same_as sorted, capped
+and pointing to the likely copy (issue 57's effects 10, 11, 13 and same_as of 12).
 
 grade_all runs here with a stand-in for the grader (each student's score from a table), so
 that the file takes a few seconds; the end-to-end class is tests/test_classroom.py's."""
 
+import ast
 import csv
 import re
 import subprocess
@@ -16,6 +17,8 @@ import pytest
 
 from classroom import gradebook, report
 from classroom.command import ClassroomConfig, read_tasks
+from classroom.grade import Grader
+from classroom.source import find_function, split_spec
 from common import UserError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -241,3 +244,49 @@ def test_a_regrade_keeps_the_earlier_feedback_and_rows(fake, tmp_path):
     assert ada["graded_tasks"] == "T3" and ada["graded_folder"] == "nested"
     assert ada["graded_from"] == "git HEAD 0123456789ab, sandbox none" and "same_as" not in ada
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", ada["graded_at"])
+
+
+# -----------------------------------------------------------------------------
+# 12 (same_as): sorted, capped, the likely copy first
+
+def prints_of(tid, variant):
+    """A task's fingerprints as the grader takes them from tests/independent/ (no grading)."""
+    tree = ast.parse((ROOT / "tests" / "independent" / f"{tid}_{variant}.py").read_text("utf-8"))
+    return Grader.task_prints({s: find_function(tree, split_spec(s)[1]) for s in TASKS[tid]["functions"]})
+
+
+def test_what_fills_same_as_is_a_function_many_share():
+    """Twenty students submitting one correct independent T3 (one source passed round) pair
+    each with the other nineteen: that is what gave 60 pairs. A task flagged as the project's
+    (prints None) and a blank stub (too few prints) pair with no one."""
+    t3 = prints_of("T3", "a")
+    klass = {f"s{i:02d}": {"T3": t3} for i in range(20)}
+    klass["copier"] = {"T3": None}  # flagged as the project's: not compared again
+    klass["stub"], klass["stub2"] = {"T3": {("x", 1), ("x", 2)}}, {"T3": {("x", 1), ("x", 2)}}
+    found = gradebook.pairs(klass, ["T3"])
+    assert sorted(found) == [f"s{i:02d}" for i in range(20)]
+    assert all(len(m) == 19 and {g for *_, g in m} == {20} for m in found.values())
+    cell = gradebook.same_as(found["s00"], ["T3"])
+    assert cell == ("T3 s01 1.00 (group of 20); T3 s02 1.00 (group of 20); T3 s03 1.00 (group of 20); "
+                    "T3 s04 1.00 (group of 20); T3 s05 1.00 (group of 20); +14 more")
+
+
+def test_same_as_puts_the_likely_copy_first():
+    """Twelve students from one source on T1 to T4; one edited T3 her own way and one copied
+    that edit (adding a statement): the copy only the two share comes first, ahead of the 40
+    pairs of the common source, with its closeness below 1 (one function inside the other); the
+    rest, by group, closeness, task and name, cut at SAME_AS and counted."""
+    ids = ["T1", "T2", "T3", "T4"]
+    source = {t: prints_of(t, "a") for t in ids}
+    klass = {f"s{i:02d}": dict(source) for i in range(12)}
+    own = prints_of("T3", "b")
+    klass["s03"]["T3"], klass["s07"]["T3"] = own, own | {("search_scales.py:uniform_scale", 1)}
+    found = gradebook.pairs(klass, ids)
+    assert len(found["s07"]) == 3 * 11 + 1 and len(found["s00"]) == 3 * 11 + 9
+    cell = gradebook.same_as(found["s07"], ids, lambda name: name.upper())
+    close = f"{int(len(own) / (len(own) + 1) * 100) / 100:.2f}"
+    assert cell == (f"T3 S03 {close}; T1 S00 1.00 (group of 12); T1 S01 1.00 (group of 12); "
+                    "T1 S02 1.00 (group of 12); T1 S03 1.00 (group of 12); +29 more")
+    assert close != "1.00"
+    assert gradebook.same_as(found["s00"], ids).startswith("T3 s01 1.00 (group of 10); ")
+    assert gradebook.same_as([], ids) == ""
