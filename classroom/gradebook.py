@@ -56,8 +56,9 @@ For a term:
   feedback files    one Markdown file a student (every check, passed or failed and why, as the
                     student's results.json says it), in --feedback or FILE's folder + _feedback
   --only=FOLDER     grades the one folder of exactly that name again and updates its row and
-                    feedback file in an existing gradebook, no other row (same_as is left as it
-                    was: it needs the whole class)
+                    feedback file in an existing gradebook, no other row, with the gradebook's
+                    tasks; same_as stays as it was (it needs the whole class), and so do the
+                    roster's columns and late unless --roster and --deadline are given again
   history           nothing graded is lost on a regrade (--only, or grade-all again into the
                     same gradebook): a feedback file about to change is first copied to
                     history/STEM/TIME.md in the feedback folder (TIME: when it was written,
@@ -325,7 +326,7 @@ def grade_all(folder, ids, tasks, cfg, root):
     fields = own + columns
     students, skipped = class_folders(folder)
     names = names_of(students)
-    rows = {}
+    rows, kept = {}, []
     if cfg.only:
         students = [s for s in students if s.name == cfg.only]  # exactly: no other row changes
         if not students:
@@ -334,9 +335,18 @@ def grade_all(folder, ids, tasks, cfg, root):
         if not book.exists():
             raise UserError(f"--only updates a gradebook: {book} does not exist yet "
                             "(grade the class first)")
+        header, before = read_rows(book, "the gradebook")
+        tasks_there = header[1:header.index("total")] if "total" in header else None
+        if header[:1] != ["student"] or not tasks_there:
+            raise UserError(f"{book} is not a gradebook of grade-all (student, the tasks, total "
+                            "...): give the one --only is to update")
+        if tasks_there != ids:
+            raise UserError(f"--only regrades the gradebook's tasks: {book} has "
+                            f"{','.join(tasks_there)}: give --tasks={','.join(tasks_there)}")
+        kept = [c for c in header if c not in fields]  # roster columns not given again: kept
+        fields += kept
         # the other rows as they were, each by its student cell (the names compared exactly)
-        rows = {r.get("student", ""): {k: r.get(k) or "" for k in fields}
-                for r in read_rows(book, "the gradebook")[1]}
+        rows = {r.get("student", ""): {k: r.get(k) or "" for k in fields} for r in before}
     if not students:
         raise UserError(f"{folder} holds no student's folder")
     history = History(book.with_name(book.stem + "_history.csv"), fields)
@@ -371,14 +381,15 @@ def grade_all(folder, ids, tasks, cfg, root):
             info = roster.get(sub.name, {})
             row = {tid: 0 for tid in ids} | {"student": cell, "copied": "", "same_as": "",
                                              "late": late(times.get(sub.name), deadline)}
-            row |= {c: csv_cell(info.get(c, "")) for c in columns}
+            row |= {c: csv_cell(info.get(c, "")) for c in columns} | dict.fromkeys(kept, "")
             if results:
                 row |= {r["id"]: r["score"] for r in results}
                 problems = "; ".join(f"{r['id']}: {r['output']}" for r in results
                                      if not r["passed"])
                 row["copied"] = " ".join(r["id"] for r in results if r.get("copied"))
-            if cfg.only and cell in rows:
-                row["same_as"] = rows[cell].get("same_as", "")
+            if cfg.only and cell in rows:  # what this run does not say again stays as it was
+                was = rows[cell]
+                row |= {c: was[c] for c in ["same_as", *kept] + (["late"] if not deadline else [])}
             row["total"] = sum(row[t] for t in ids)
             row["problems"] = csv_cell(problems)
             text = feedback_text(sub.name, results, results[0].get("where", "")) if results else \

@@ -187,23 +187,30 @@ def test_folders_that_sanitise_alike_get_their_own_feedback(fake, tmp_path):
 
 def test_only_regrades_the_one_folder_of_exactly_that_name(fake, tmp_path):
     """--only=bob beside 'bob, =bob and '=bob: bob's row alone changes (the formula guard's
-    quote no longer makes two names one); a name matching no folder exactly is one line,
-    before grading."""
+    quote no longer makes two names one), and what the run does not say again (the roster's
+    columns, late) stays; a name matching no folder exactly, or other tasks than the
+    gradebook's, is one line, before grading."""
     names = ["bob", "'bob", "=bob", "'=bob", "Bob"]
     klass = make_class(tmp_path / "class", names)
-    book = tmp_path / "book.csv"
+    book, roster = tmp_path / "book.csv", tmp_path / "roster.csv"
+    roster.write_text("folder,email,submitted_at\nbob,b@u,2027-03-02T00:00:00Z\n'bob,q@u,\n",
+                      encoding="utf-8")
     fake.scores = dict.fromkeys(names, 10)
-    run(klass, book)
+    run(klass, book, roster=str(roster), deadline="2027-03-01T23:00:00Z")
     rows = book_rows(book)
-    assert len(rows) == 5
+    assert len(rows) == 5 and rows["bob"]["email"] == "b@u" and rows["bob"]["late"] == "late 1 h 00 m"
     fake.scores["bob"], fake.calls[:] = 0, []
-    run(klass, book, only="bob")
+    run(klass, book, only="bob")  # no roster, no deadline given again
     again = book_rows(book)
     assert fake.calls == ["bob"] and again["bob"]["total"] == "0"
+    assert {k: v for k, v in again["bob"].items() if k not in ("T3", "total", "problems")} == \
+        {k: v for k, v in rows["bob"].items() if k not in ("T3", "total", "problems")}
     assert {k: v for k, v in again.items() if k != "bob"} == {k: v for k, v in rows.items() if k != "bob"}
     for wrong in ("BOB", " bob", "bo", "'bob'"):
         with pytest.raises(UserError, match="no folder of that name, exactly"):
             run(klass, book, only=wrong)
+    with pytest.raises(UserError, match="has T3: give --tasks=T3"):
+        gradebook.grade_all(klass, ["T3", "T4"], TASKS, ClassroomConfig(csv=str(book), only="bob"), ROOT)
     assert fake.calls == ["bob"] and book_rows(book) == again
 
 
