@@ -28,7 +28,8 @@ ran; 2 with one line for an empty or unreadable submission (after writing --json
 task at 0), an unknown task or option, or a sandbox that is not available.
 
 grade-all: every subfolder of CLASS_DIR a student, one snapshot, a CSV gradebook with the copy
-flags, one feedback file a student, a roster's columns and a deadline (classroom/gradebook.py).
+flags, one feedback file a student, a roster's columns and a deadline, every grading kept in a
+history (classroom/gradebook.py).
 gradescope: the autograder zip (classroom/platforms.py).
 
 ranges: the lab's numbers (classroom/lab.md) read from study folders, one per seed, and their
@@ -70,9 +71,9 @@ class ClassroomConfig:
     log_kb: int = 1024  # grade: what a worker prints, kept in its log (the rest cut)
     jobs: int = 0  # grade-all: students graded at once (0 = one a core, at most 4)
     roster: str = ""  # grade-all: a CSV, a `folder` column and any others (id, email, submitted_at)
-    deadline: str = ""  # grade-all: ISO 8601; rows whose roster submitted_at is later are late
+    deadline: str = ""  # grade-all: ISO 8601 with an offset; a later roster submitted_at: late
     feedback: str = ""  # grade-all: one feedback file a student here ('' = beside --csv)
-    only: str = ""  # grade-all: grade this student's folder again and update its row
+    only: str = ""  # grade-all: grade the folder of exactly this name again; update its row
     check: str = ""  # ranges: a folder of the students' JSON hand-ins to check
     assign: str = ""  # ranges: a CSV with a `folder` column; --roster gets one seed a student
     try_on: str = ""  # gradescope: run the zip on this submission as Gradescope would

@@ -10,7 +10,8 @@ header is one list, each statement of its body another. Its fingerprints are MOS
 (Schleimer, Wilkerson and Aiken, SIGMOD 2003) within each statement: the hash of every K tokens
 in a row, and the smallest of every W such hashes in a row (a shorter statement: one hash).
 Two functions' similarity is the share of the smaller one's fingerprints the other holds (so
-statements added to a copy do not hide it either). A submission is flagged as the project's
+statements added to a copy do not hide it either); closeness() ranks the pairs found (the
+share of both functions' fingerprints in common). A submission is flagged as the project's
 from FLAG; two students, whose independent solutions of a task spelled out step by step (T5)
 share much, only from PAIR: one student's whole function inside the other's, up to this
 normalisation. So renamed locals, swapped operands, respelled constants, comments, docstrings
@@ -141,3 +142,10 @@ def similarity(a, b):
     if min(len(a), len(b)) < SMALLEST:
         return 0.0
     return len(a & b) / min(len(a), len(b))
+
+
+def closeness(a, b):
+    """How close two matching functions are, for ranking a student's pairs: the share of both
+    sets of fingerprints that the two hold in common (1 for the same function up to the
+    normalisation; less when one lies inside a longer one, which similarity() cannot tell)."""
+    return len(a & b) / len(a | b) if a and b else 0.0
