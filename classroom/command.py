@@ -105,8 +105,8 @@ def copy_project(dst, leave_out=()):
 def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
     """Grade one submission folder; print the teacher's lines; write cfg.json. Returns the
     results, one dict a task."""
-    from classroom.grade import (Grader, choose_submission, limits_of, secret_of,
-                                 task_files)
+    from classroom.grade import (Grader, MachineFailure, choose_submission, limits_of,
+                                 secret_of, task_files)
 
     say = (lambda *a: None) if quiet else print
     t0 = time.time()
@@ -139,12 +139,6 @@ def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
         raise MachineFailure(f"{', '.join(failed)} not graded: the machine failed each twice "
                              "(above); grade again with --tasks=" + ",".join(failed))
     return results
-
-
-class MachineFailure(UserError):
-    """Grading ran, but the machine failed a task twice: the teacher must grade it again."""
-
-    code = 3
 
 
 def json_text(obj):

@@ -82,6 +82,13 @@ GRACE_S = 60  # the judge's own start-up and shut-down, beyond the task's limit
 WALL = 4  # the judge's own wall-clock bound: WALL times each task's backstop, plus GRACE_S
 
 
+class MachineFailure(UserError):
+    """Grading ran, but the machine failed a task twice: the teacher must grade it again (exit
+    status 3, after everything else was written)."""
+
+    code = 3
+
+
 def read_tasks(path):
     try:
         import tomllib

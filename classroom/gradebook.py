@@ -82,7 +82,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from classroom import copyflag
-from classroom.grade import Grader, choose_submission, limits_of, secret_of
+from classroom.grade import (Grader, MachineFailure, choose_submission, limits_of,
+                             secret_of)
 from classroom.report import NAME_CHARS, csv_cell, plain, student_output
 from common import UserError, atomic_write_text, write_csv
 
@@ -370,6 +371,8 @@ def grade_all(folder, ids, tasks, cfg, root):
         graded = {"run": "only" if cfg.only else "class", "tasks": ",".join(ids),
                   "from": f"{grader.origin['source']}, sandbox {grader.method}"}
 
+        unmarked = []  # (folder, task) the machine failed twice
+
         def one(sub):
             slot = slots.get()
             try:
@@ -382,15 +385,16 @@ def grade_all(folder, ids, tasks, cfg, root):
             row = {tid: 0 for tid in ids} | {"student": cell, "copied": "", "same_as": "",
                                              "late": late(times.get(sub.name), deadline)}
             row |= {c: csv_cell(info.get(c, "")) for c in columns} | dict.fromkeys(kept, "")
-            if results:
-                row |= {r["id"]: r["score"] for r in results}
+            if results:  # a task the machine failed twice: no score, and the teacher told
+                row |= {r["id"]: "" if r.get("machine") else r["score"] for r in results}
+                unmarked.extend((sub.name, r["id"]) for r in results if r.get("machine"))
                 problems = "; ".join(f"{r['id']}: {r['output']}" for r in results
                                      if not r["passed"])
                 row["copied"] = " ".join(r["id"] for r in results if r.get("copied"))
             if cfg.only and cell in rows:  # what this run does not say again stays as it was
                 was = rows[cell]
                 row |= {c: was[c] for c in ["same_as", *kept] + (["late"] if not deadline else [])}
-            row["total"] = sum(row[t] for t in ids)
+            row["total"] = sum(row[t] for t in ids if row[t] != "")
             row["problems"] = csv_cell(problems)
             text = feedback_text(sub.name, results, results[0].get("where", "")) if results else \
                 f"# {name}\n\n0: {plain(problems, 600)}\n"
@@ -436,6 +440,13 @@ def grade_all(folder, ids, tasks, cfg, root):
     print(f"graded {len(students)} students in {seconds:.0f} s ({seconds / len(students):.1f} s "
           f"each, {jobs} at a time, sandbox {grader.method}): {book}, feedback in {feedback}, "
           f"every grading kept in {history.path}")
+    if unmarked:
+        folders = sorted({f for f, _ in unmarked})
+        raise MachineFailure(
+            f"{len(unmarked)} tasks not graded, the machine's failure twice (their cells are "
+            "empty, the problems column says why): grade each again with --only=FOLDER: "
+            + ", ".join(plain(f, NAME_CHARS) for f in folders[:10])
+            + (f" and {len(folders) - 10} more" if len(folders) > 10 else ""))
     return rows
 
 
