@@ -13,6 +13,7 @@ parts: classroom/ (one module a role).
     python -m classroom ranges STUDY [STUDY ...] [--json=ranges.json]
     python -m classroom ranges --check=HANDINS [--csv=FILE] [--roster=roster.csv]
     python -m classroom ranges --assign=students.csv --roster=roster.csv
+    python -m classroom key [--tasks=T1,T3] [--sandbox=...]
 
 student: the project (the tracked files at HEAD) with each task's functions blanked by `ast`,
 its checks replayed from the project's outputs at the public seeds, no teacher file
@@ -31,6 +32,9 @@ grade-all: every subfolder of CLASS_DIR a student, one snapshot, a CSV gradebook
 flags, one feedback file a student, a roster's columns and a deadline, every grading kept in a
 history (classroom/gradebook.py).
 gradescope: the autograder zip (classroom/platforms.py).
+key: the project's own functions graded in the sandbox, the first check of each task: what
+grade and grade-all do before any student (exit 2 when the environment fails them); the
+Gradescope zip's setup.sh runs it once, and its run_autograder grades with --check_key=false.
 
 ranges: the lab's numbers (classroom/lab.md) read from study folders, one per seed, and their
 range; --check: the students' hand-ins against the expected ranges (classroom/lab.py).
@@ -48,10 +52,10 @@ from common import UserError, atomic_write_text, parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ROOT / "classroom" / "tasks.toml"
-COMMANDS = ("student", "grade", "grade-all", "gradescope", "ranges")
+COMMANDS = ("student", "grade", "grade-all", "gradescope", "ranges", "key")
 USAGE = (
     "usage: python -m classroom student OUT_DIR | grade SUBMISSION | grade-all CLASS_DIR | "
-    "gradescope OUT.zip | ranges STUDY... [--key=value] (-h)"
+    "gradescope OUT.zip | ranges STUDY... | key [--key=value] (-h)"
 )
 
 
@@ -77,6 +81,7 @@ class ClassroomConfig:
     check: str = ""  # ranges: a folder of the students' JSON hand-ins to check
     assign: str = ""  # ranges: a CSV with a `folder` column; --roster gets one seed a student
     try_on: str = ""  # gradescope: run the zip on this submission as Gradescope would
+    check_key: bool = True  # grade, grade-all: the project's own functions first (the key)
 
 
 def read_tasks():
@@ -125,6 +130,8 @@ def grade(sub, ids, tasks, cfg, root=ROOT, quiet=False):
     with Grader(root, secret_of(cfg), cfg.seed, cfg.timeout, cfg.sandbox, limits) as grader:
         for line in grader.describe():
             say(line)
+        if cfg.check_key:
+            grader.check_key(ids)
         if where:
             say(where)
         results = [r | {"where": where + "\n" if where else ""} for r in grader.grade(folder, ids)]
@@ -158,7 +165,8 @@ def main():
     many = command == "ranges"
     if (
         command not in COMMANDS
-        or (not folders and not (many and (cfg.check or cfg.assign)))
+        or (not folders and not (many and (cfg.check or cfg.assign)) and command != "key")
+        or (folders and command == "key")
         or (len(folders) > 1 and not many)
     ):
         raise UserError(USAGE)
@@ -193,6 +201,13 @@ def main():
         return try_zip(folders[0], cfg.try_on) if cfg.try_on else None
     limits_of(cfg)  # bad bounds and an unavailable sandbox refused before any work
     sandbox.choose(cfg.sandbox)
+    if command == "key":
+        # the teacher's: not in a student copy, which runs this command too
+        from classroom.grade import Grader
+
+        with Grader(ROOT, "", 0, cfg.timeout, cfg.sandbox, limits_of(cfg)) as grader:
+            grader.check_key(ids)
+            return print(f"the key passes in sandbox {grader.method}: {', '.join(ids)}")
     if command == "grade-all":
         # the teacher's: not in a student copy, which runs this command too
         from classroom.gradebook import grade_all

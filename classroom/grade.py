@@ -34,6 +34,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import astuple
@@ -232,6 +233,35 @@ class Grader:
                          "public tests can pass")
         return lines
 
+    def check_key(self, ids):
+        """Before any student: the project's own functions, the key, graded in the same sandbox
+        and environment, the first check of each task in ids (about 10 s). A key that fails is
+        the grader's environment, not a student (a PyTorch the worker cannot import, say): one
+        line for the teacher, and no student is graded (UserError)."""
+        work = self.tmp / f"key_{secrets.token_hex(8)}"
+        for part in ("staged", "copies", "root"):
+            (work / part).mkdir(parents=True)
+        try:
+            jobs = {}
+            for tid in ids:
+                r = self.prepare(self.tasks[tid], self.snap, work / "staged")
+                if "_job" not in r:
+                    raise UserError(f"the key: {tid}: {r['output']}")
+                jobs[tid] = r["_job"]
+            worker_copy(self.snap, work / "copies" / "_worker", self.tasks)
+            sandbox.make_readable(work)
+            checks, why, _ = self.run_judge(jobs, 0, work, first_only=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        failed = [f"{tid}: {c['name']}: {c['why']}" for tid in ids for c in checks.get(tid, [])
+                  if not c["ok"]] + [f"{tid}: no check ran ({why})" for tid in ids
+                                     if not checks.get(tid)]
+        if failed:
+            raise UserError(
+                f"the project's own functions fail in this grader (sandbox {self.method}, "
+                f"{sys.executable}): {plain(failed[0], 400)}; no student was graded: fix the "
+                "environment (classroom/README.md, 'The teacher's environment') and grade again")
+
     def project_function(self, spec):
         path, qualname = split_spec(spec)
         return find_function(parse_text((self.snap / path).read_text(encoding="utf-8")), qualname)
@@ -330,7 +360,7 @@ class Grader:
                "backstop_s": 3 * self.timeout, "stubs": stubs}
         return out | {"_job": job}
 
-    def run_judge(self, jobs, slot, work):
+    def run_judge(self, jobs, slot, work, first_only=False):
         """({task id: every check of the task with its outcome}, why when the tests did not run,
         {task id: why the machine failed it}). The judge moves each task's staged copy into the
         worker's view when the task starts and takes it away when it ends (judge.py)."""
@@ -340,7 +370,7 @@ class Grader:
             spec = {"sandbox": self.method, "limits": list(astuple(self.limits)), "slot": slot,
                     "results": str(judge / "results.json"), "copies": str(work / "copies"),
                     "staged": str(work / "staged"), "log": str(judge / "worker.log"),
-                    "judge_mb": self.judge_mb, "tasks": jobs}
+                    "judge_mb": self.judge_mb, "first_only": first_only, "tasks": jobs}
             (judge / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
             env = {**sandbox.environment(str(judge)), "NANONOPE_JUDGE": str(judge / "spec.json"),
                    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}

@@ -364,6 +364,8 @@ def grade_all(folder, ids, tasks, cfg, root):
     with Grader(root, secret_of(cfg), cfg.seed, cfg.timeout, cfg.sandbox, limits) as grader:
         for line in grader.describe():
             print(line)
+        if cfg.check_key:
+            grader.check_key(ids)  # once a class: the environment fails no student
         jobs = 1 if grader.method == "user" else cfg.jobs or min(4, os.cpu_count() or 1)
         slots = queue.Queue()
         for slot in range(jobs):

@@ -49,6 +49,8 @@ python3 -m venv "$ROOT/venv"
 id -u nanonope-student >/dev/null 2>&1 \
     || useradd --system --no-create-home --shell /usr/sbin/nologin nanonope-student
 chmod -R go-rwx "$ROOT/source"   # the secret and the project's own functions: root's alone
+# the key: the project's own functions graded in this image's sandbox, once (exit 2 if they fail)
+cd "$ROOT/source/nanoNoPE" && "$ROOT/venv/bin/python" -m classroom key --tasks={tasks}
 """
 
 RUN = r"""#!/usr/bin/env bash
@@ -62,7 +64,7 @@ OUT="$ROOT/results/results.json"
 rm -f "$OUT"
 cd "$ROOT/source/nanoNoPE" || exit 0
 NANONOPE_SECRET="$(cat "$ROOT/source/secret.txt")" "$PY" -m classroom grade \
-    "$ROOT/submission" --json="$OUT" --tasks={tasks} --timeout={timeout}
+    "$ROOT/submission" --json="$OUT" --tasks={tasks} --timeout={timeout} --check_key=false
 status=$?
 if [ ! -s "$OUT" ]; then  # the grader itself failed: every task at 0, and why in the teacher's log
     echo "python -m classroom grade exited with $status and wrote no results" >&2
@@ -116,7 +118,7 @@ def gradescope(out, ids, tasks, secret, root, timeout):
         0,
     )
     files = {
-        "setup.sh": SETUP.format(torch=version),
+        "setup.sh": SETUP.format(torch=version, tasks=",".join(ids)),
         "run_autograder": RUN.format(tasks=",".join(ids), timeout=timeout),
         "secret.txt": secret,
         "results_if_broken.json": json.dumps(broken, indent=1) + "\n",

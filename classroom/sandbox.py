@@ -22,8 +22,11 @@ memory, processes, files and CPU, and not outlive its task. On Linux:
            root, and safe only where the checkout is not world-readable.
   none     a plain child process with an allow-listed environment: no protection at all. Also
            the only method on macOS and Windows. Only when asked for, with one warning line.
-  auto     the first of bwrap, unshare, user that works here; graded as root, nothing else
-           (refused with each method's reason); otherwise none, with the warning.
+  auto     the first of unshare, bwrap, user that works here, each passed over said with its
+           reason; graded as root, nothing else (refused with each method's reason); otherwise
+           none, with the warning. unshare comes first because its script also caps what bwrap's
+           options cannot: the count of files in /tmp, SysV shared memory and message queues
+           (zero in its IPC namespace), and a read-only root.
 
 The unprivileged uid: nanonope-student's where that account exists, else one no account holds,
 from WORKER_UID by the grader's process id and the grading's slot (grade-all grades several
@@ -353,10 +356,10 @@ def choose(requested):
             )
         return requested, (UNSAFE if requested == "none" else None)
     reasons = []
-    for method in ("bwrap", "unshare", "user"):
+    for method in ("unshare", "bwrap", "user"):  # unshare first: it bounds the most (below)
         why = unavailable(method)
         if why is None:
-            return method, None
+            return method, ("passed over: " + "; ".join(reasons)) if reasons else None
         reasons.append(why)
     if as_root():
         raise UserError(
