@@ -272,14 +272,20 @@ def this_python():
 
 
 def students_python():
-    """The Python the students are given, as "3.12": Classroom 50's runtime
-    (classroom/platforms.py's CLASSROOM50_PYTHON, which classroom50_runtime writes); None where
-    that module is not there."""
-    try:  # the teacher's module: not in the worker's copy, which imports this one
-        from classroom.platforms import CLASSROOM50_PYTHON
-    except ImportError:
+    """The Python the students are given, as "3.12": Classroom 50's runtime, the constant
+    CLASSROOM50_PYTHON that classroom/platforms.py's classroom50_runtime writes, read from that
+    file's text (not imported: platforms.py needs the teacher's packages and imports this
+    module); None where the file or the constant is not there (the worker's copy)."""
+    try:
+        tree = ast.parse((Path(__file__).parent / "platforms.py").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
         return None
-    return CLASSROOM50_PYTHON
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and getattr(node.targets[0], "id", "") == "CLASSROOM50_PYTHON"
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            return node.value.value
+    return None
 
 
 def python_gap():
