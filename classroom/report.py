@@ -58,17 +58,19 @@ def masked(text, kept=None):
     """A hidden case's reason with every number masked (#) but those the project's own text
     spells, which are the handouts' and the checks' constants, never a hidden input:
 
-      - a piece of literal text of the checks' messages that holds a digit, where it stands
-        whole ("least squares of lambda - 1 on ln(i / L)", "pass weight_decay=0.0": the
-        constant parts of each f-string and string of tests/test_paper.py, read from it);
+      - a piece of the checks' text that holds a digit, where it stands whole (or where plain()
+        cut the reason inside it): a string of tests/test_paper.py, or a stretch of one of its
+        f-strings whose values are all fixed literals, written out for each of them
+        (constants(): "least squares of lambda - 1 on ln(i / L)", "pass weight_decay=0.0",
+        "chunk=3, T=40");
       - a word with a digit that the checks' strings or the handouts write (T1, float32, 4L).
 
     Every other number is masked wherever it stands, glued to letters too ("L350 p87.5000" is
-    "L# p#"): what the formatted values of a message hold, and whatever a student's code put
-    in what it raised. So the rule fails closed: a message written after this code masks its
-    values, and its constants show once they are in the checks' text. (Values a hidden check
-    formats from fixed numbers of its own are masked as well: only the literal text is known
-    to be constant.) kept: (pieces, words), read from the project's files when None."""
+    "L# p#"): the values a message formats, and whatever a student's code put in what it
+    raised. The rule fails closed: a message written later masks its values, and shows its
+    constants once they are in the checks' text, with no list to keep. (A value a check
+    computes is masked even when the seed does not change it: only literals, and arithmetic
+    on them, are read as fixed.) kept: (pieces, words), from constants() when None."""
     pieces, words = kept if kept is not None else constants()
     spans = []
 
@@ -80,13 +82,13 @@ def masked(text, kept=None):
             spans.append((start, end))
 
     # a reason plain() cut ends inside a piece: its start, CUT_PIECE characters or more, counts
-    tail = len(text) - 3 if text.endswith("...") else len(text)
+    cut, tail = text.endswith("..."), len(text) - 3
     for piece in pieces:  # longest first: a piece inside a longer one is covered by it
         start = text.find(piece)
         while start >= 0:
             keep(start, start + len(piece), piece)
             start = text.find(piece, start + 1)
-        for start in range(max(0, tail - len(piece) + 1), tail - CUT_PIECE + 1):
+        for start in range(max(0, tail - len(piece) + 1), tail - CUT_PIECE + 1) if cut else ():
             if piece.startswith(text[start:tail]):
                 keep(start, tail, piece)
                 break

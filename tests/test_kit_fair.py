@@ -8,6 +8,7 @@ Each test reads the grader's own functions (source.take, upload.read_upload, rep
 Grader.describe) on small texts; nothing is graded and nothing a submission holds runs."""
 
 import ast
+import os
 import re
 import subprocess
 import sys
@@ -258,8 +259,8 @@ def checks():
     each one: classroom/snapshots.py records every check of the task)."""
     done = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "tests" / "test_paper.py"), "--collect-only",
                            "-q", "-p", "no:cacheprovider", "--noconftest", "-o", "addopts=", "-p", "classroom.fixtures"],
-                          cwd=ROOT, capture_output=True, text=True, env={**__import__("os").environ,
-                                                                          "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+                          cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     names = re.findall(r"::(test_(T\d)_\S*)", done.stdout)
     assert names, done.stdout + done.stderr
     out = {}
