@@ -228,6 +228,9 @@ class Grader:
         ]
         if self.warning:
             lines.append("warning: " + self.warning)
+        from classroom.source import python_gap  # this Python against the students' (source.py)
+        if python_gap():
+            lines.append("warning: " + python_gap())
         if not self.secret and self.seed < 0:
             lines.append("warning: no secret: the public seeds, which numbers stored from the "
                          "public tests can pass")

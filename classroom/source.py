@@ -5,14 +5,18 @@ functions found, blanked and replaced with Python's `ast`.
 A function is the text `ast` says it is (ast.get_source_segment: lines end where Python's
 tokenizer ends them, so a form feed or U+2028 inside a line is part of it), and a name is the
 last `def` of it, as Python binds it. A submitted function is taken only when its `def` line is
-the project's (no decorator; the same arguments, defaults, annotations and return annotation,
-compared with ast.dump) and it uses no name that the student's file defines outside it: only
-the function's own text is graded, so nothing a student wrote runs when its module is imported,
-the tests call it as the project's, and a helper outside it is named in the refusal.
+the project's (no decorator; the same arguments and defaults, compared with ast.dump) and it
+uses no name that the student's file defines outside it: only the function's own text is
+graded, so nothing a student wrote runs when its module is imported, the tests call it as the
+project's, and a helper outside it is named in the refusal. Annotations on the `def` line
+(type hints, a return annotation) are valid Python the handouts do not forbid: they are taken,
+and dropped from the graded text, since Python evaluates them when the `def` runs, that is at
+import (`def f(x: open(...).read())` would run in the worker before any check).
 """
 
 import ast
 import builtins
+import copy
 import hashlib
 import importlib
 import io
@@ -22,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tokenize
 from pathlib import Path
 
 import pathspec
@@ -107,13 +112,103 @@ def def_line(node):
 
 
 def same_signature(theirs, ours):
-    dump = lambda n: ast.dump(n, include_attributes=False)  # noqa: E731
-    return (
-        type(theirs) is type(ours)
-        and dump(theirs.args) == dump(ours.args)
-        and (theirs.returns is None) == (ours.returns is None)
-        and (ours.returns is None or dump(theirs.returns) == dump(ours.returns))
-    )
+    """The same kind of def (async or not), arguments and defaults; annotations aside."""
+    return type(theirs) is type(ours) and dump(bare(theirs.args)) == dump(bare(ours.args))
+
+
+def dump(node):
+    return ast.dump(node, include_attributes=False)
+
+
+def annotated(node):
+    """A def's arguments that carry an annotation."""
+    a = node.args
+    return [x for x in (*a.posonlyargs, *a.args, a.vararg, *a.kwonlyargs, a.kwarg)
+            if x is not None and x.annotation is not None]
+
+
+def bare(args):
+    """A copy of a def's arguments without their annotations."""
+    args = copy.deepcopy(args)
+    for x in (*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg):
+        if x is not None:
+            x.annotation = x.type_comment = None
+    return args
+
+
+def unannotated(source, node, qualname):
+    """source with the annotations of one def's line removed, nothing else: each argument's
+    `: annotation` and the `-> annotation`, found by Python's tokenizer on the def's header (so
+    parentheses, comments, line continuations and lambdas inside annotations are read as Python
+    reads them). Refused where the result is not the same def without them."""
+    lines = lines_of(source)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+
+    def at(lineno, col):  # ast's (line, UTF-8 column) as an index into source
+        line = lines[lineno - 1]
+        return starts[lineno - 1] + len(line.encode("utf-8")[:col].decode("utf-8", "ignore"))
+
+    a, b = at(node.lineno, node.col_offset), at(node.body[0].lineno, node.body[0].col_offset)
+    head = source[a:b]
+    rows = [0]
+    for line in lines_of(head):
+        rows.append(rows[-1] + len(line))
+    try:
+        tokens = [(a + rows[t.start[0] - 1] + t.start[1], a + rows[t.end[0] - 1] + t.end[1], t)
+                  for t in tokenize.generate_tokens(io.StringIO(head, newline=None).readline)]
+    except (tokenize.TokenError, SyntaxError, IndexError):
+        tokens = None
+    cuts = []
+
+    def back(i):  # i, moved back over the spaces and tabs before it
+        while i > a and source[i - 1] in " \t":
+            i -= 1
+        return i
+
+    for x in annotated(node) if tokens is not None else ():
+        name, end = at(x.lineno, x.col_offset), at(x.end_lineno, x.end_col_offset)
+        colon = next((s for s, _, t in tokens if t.type == tokenize.OP and t.string == ":"
+                      and name < s < at(x.annotation.lineno, x.annotation.col_offset)), None)
+        if colon is None:
+            tokens = None
+            break
+        cuts.append((back(colon), end))  # the argument's node ends with its annotation
+    if node.returns is not None and tokens is not None:
+        start, end = (at(node.returns.lineno, node.returns.col_offset),
+                      at(node.returns.end_lineno, node.returns.end_col_offset))
+        arrow = [s for s, _, t in tokens
+                 if t.type == tokenize.OP and t.string == "->" and s < start]
+        depth, colon = 0, None
+        for s, _, t in tokens:
+            if t.type == tokenize.OP and t.string in "([{":
+                depth += 1
+            elif t.type == tokenize.OP and t.string in ")]}":
+                depth -= 1
+            elif t.type == tokenize.OP and t.string == ":" and depth == 0 and s >= end:
+                colon = s
+                break
+        if arrow and colon is not None:
+            cuts.append((back(arrow[-1]), colon))
+        else:
+            tokens = None
+    out = source
+    for i, j in sorted(cuts, reverse=True):
+        out = out[:i] + out[j:]
+    try:
+        tree = ast.parse(out) if tokens is not None else None
+        back_node = find_function(tree, qualname) if tree else None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        back_node = None
+    if (back_node is None or annotated(back_node) or back_node.returns is not None
+            or dump(bare(back_node.args)) != dump(bare(node.args))
+            or [dump(s) for s in back_node.body] != [dump(s) for s in node.body]):
+        plain_def = copy.deepcopy(node)
+        plain_def.args, plain_def.returns = bare(node.args), None
+        raise Refused(f"{qualname}'s annotations could not be dropped from its def line: "
+                      f"write `{def_line(plain_def)}`")
+    return out, back_node
 
 
 def top_level_names(tree):
@@ -150,13 +245,65 @@ def free_names(node):
 
 def parse_text(source):
     """A submitted file's text parsed; Refused (one line) where Python would not import it.
-    Any failure of the parser (a RecursionError, MemoryError ...) is a refusal, not a crash."""
+    Any failure of the parser (a RecursionError, MemoryError ...) is a refusal, not a crash.
+    Where this Python is not the students' (python_gap), the reason names both."""
     try:
         return ast.parse(source)
     except SyntaxError as e:
-        raise Refused(f"does not parse: line {e.lineno}: {e.msg}") from None
+        theirs = students_python()
+        both = (f" (with Python {this_python()}, which grades; the course gives Python {theirs})"
+                if python_gap() else "")
+        raise Refused(f"does not parse: line {e.lineno}: {e.msg}{both}") from None
     except (ValueError, RecursionError, MemoryError) as e:
         raise Refused(f"does not parse ({type(e).__name__})") from None
+
+
+# Syntax each Python adds that an older one does not parse (for the grader's warning)
+NEW_SYNTAX = {
+    (3, 12): "f-strings that reuse their quotes or hold a backslash (PEP 701), `type X = ...` "
+             "and `def f[T](...)` (PEP 695)",
+    (3, 13): "type parameter defaults `def f[T = int](...)` (PEP 696)",
+    (3, 14): 't-strings t"..." (PEP 750), `except A, B:` without parentheses (PEP 758)',
+}
+
+
+def this_python():
+    return "%d.%d" % tuple(sys.version_info[:2])
+
+
+def students_python():
+    """The Python the students are given, as "3.12": Classroom 50's runtime, the constant
+    CLASSROOM50_PYTHON that classroom/platforms.py's classroom50_runtime writes, read from that
+    file's text (not imported: platforms.py needs the teacher's packages and imports this
+    module); None where the file or the constant is not there (the worker's copy)."""
+    try:
+        tree = ast.parse((Path(__file__).parent / "platforms.py").read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and getattr(node.targets[0], "id", "") == "CLASSROOM50_PYTHON"
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            return node.value.value
+    return None
+
+
+def python_gap():
+    """One line saying how this Python differs from the students' (major.minor), and which
+    syntax may then fail; "" when they are the same or the students' is not known."""
+    ours, theirs = this_python(), students_python()
+    if theirs is None or theirs == ours:
+        return ""
+    mine, given = sys.version_info[:2], tuple(int(x) for x in theirs.split(".")[:2])
+    head = (f"this grader runs Python {ours}; the students are given Python {theirs} "
+            "(Classroom 50's runtime, classroom/platforms.py)")
+    if given > mine:
+        new = "; ".join(f"{a}.{b}: {what}" for (a, b), what in sorted(NEW_SYNTAX.items())
+                        if mine < (a, b) <= given)
+        return (f"{head}: syntax new since {ours} does not parse here and scores 0"
+                + (f" ({new})" if new else "") + f"; grade with Python {theirs}")
+    return (f"{head}: syntax this Python accepts and {theirs} does not is graded here but fails "
+            f"in their Python; grade with Python {theirs}")
 
 
 def submitted_function(source, qualname, project_source):
@@ -176,6 +323,8 @@ def submitted_function(source, qualname, project_source):
         )
     if not same_signature(node, ours):
         raise Refused(f"{qualname}'s def line differs from the project's: write `{expected}`")
+    if annotated(node) or node.returns is not None:  # dropped: they would run at import
+        source, node = unannotated(source, node, qualname)  # the names outside stay the same
     outside = sorted((free_names(node) & top_level_names(tree)) - top_level_names(project)
                      - set(dir(builtins)))
     if outside:
@@ -212,8 +361,12 @@ def offsets(source, node):
 
 def take(submitted, project, qualname):
     """project's source with `qualname` replaced by the submission's version of it (exactly
-    its text as `ast` reads it, re-indented where the project nests it differently), checked
-    to read back as the same function. Refused where it cannot be."""
+    its text as `ast` reads it, annotations of its def line dropped, re-indented where the
+    project nests it differently), checked to read back as the same function. Refused where it
+    cannot be. The result is the project's file but for that text, written as UTF-8 by the
+    grader: a student's coding line (PEP 263) never comes along, since Python reads one only in
+    a file's first two lines and only where they are comments, and the function's text starts
+    with `def`."""
     text, theirs = submitted_function(submitted, qualname, project)
     ours = find_function(ast.parse(project), qualname)
     shift = ours.col_offset - theirs.col_offset

@@ -7,17 +7,28 @@ teacher): the student controls the names, links and bytes of its files.
     outside the upload, nothing blocks, nothing is read without end.
   - Each file read is at most FILE_BYTES; the search for the task files visits at most
     FOLDERS folders, DEPTH deep, and skips dot-folders, __MACOSX and the like.
-  - The text is UTF-8, with or without a byte-order mark, as Python reads a source file.
+  - The text is decoded as Python decodes a source file (PEP 263, tokenize.detect_encoding):
+    UTF-8, with or without a byte-order mark, or the encoding a coding line in its first two
+    lines declares (`# -*- coding: latin-1 -*-`). An encoding Python does not know, one that
+    is not a text encoding, or bytes not valid in the declared one: refused in one line. Only
+    the task's functions are taken from the text, into the project's own UTF-8 file, so the
+    student's coding line never reaches the worker's copy. Two codecs Python accepts are
+    refused: punycode and idna, whose decoders take time quadratic in the length (a 1 MB file,
+    about a minute of the teacher's unsandboxed process).
 """
 
+import codecs
+import io
 import os
 import stat
+import tokenize
 from pathlib import Path
 
 FILE_BYTES = 1 << 20  # a task file (the project's largest is about 40 KB)
 FOLDERS = 2000
 DEPTH = 8
 SKIP = ("__MACOSX", "__pycache__", "node_modules")
+SLOW_CODECS = ("punycode", "idna")  # decoding quadratic in the length
 
 
 class UploadError(ValueError):
@@ -55,10 +66,39 @@ def read_upload(folder, rel, limit=FILE_BYTES):
         os.close(fd)
     if len(data) > limit:
         raise UploadError(f"{rel} is over {limit >> 10} KB: upload the project's file")
+    return decoded(data, rel)
+
+
+def decoded(data, rel):
+    """A source file's bytes as Python reads them (PEP 263); UploadError (one line) where
+    Python would not."""
     try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise UploadError(f"{rel} is not UTF-8 text") from None
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as e:
+        if "unknown encoding" in str(e):  # "unknown encoding for 'x': NAME"
+            raise UploadError(f"{rel} declares an encoding Python does not know "
+                              f"({str(e).rpartition(': ')[2][:40]}): save it as UTF-8") from None
+        if "encoding problem: utf-8" in str(e):
+            raise UploadError(f"{rel} has a UTF-8 byte-order mark and a coding line declaring "
+                              "another encoding: save it as UTF-8") from None
+        raise UploadError(f"{rel} is not UTF-8 text and declares no other encoding (a PEP 263 "
+                          "coding line): save it as UTF-8") from None
+    name = codecs.lookup(encoding).name
+    if name in SLOW_CODECS:
+        raise UploadError(f"{rel} declares the encoding {name}, which the grader does not "
+                          "decode (too slow on a large file): save it as UTF-8")
+    try:
+        text = data.decode(encoding)
+    except LookupError:  # a codec that is not a text encoding (rot13, zlib ...)
+        raise UploadError(f"{rel} declares the encoding {name}, which is not a text encoding: "
+                          "save it as UTF-8") from None
+    except UnicodeDecodeError as e:
+        said = ("and declares no other encoding" if encoding in ("utf-8", "utf-8-sig")
+                else "as its coding line declares")
+        what = "UTF-8" if encoding in ("utf-8", "utf-8-sig") else name
+        raise UploadError(f"{rel} is not {what} text (byte {e.start + 1}), {said}: save it as "
+                          "UTF-8") from None
+    return text.removeprefix("\ufeff")
 
 
 def folders(sub):
