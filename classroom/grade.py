@@ -43,8 +43,8 @@ from pathlib import Path
 from classroom import copyflag, sandbox
 from classroom.report import plain, result
 from classroom.source import (Refused, blank, find_function, fingerprint, parse_text,
-                              split_spec, submitted_function, take, take_snapshot, task_of,
-                              tests_command)
+                              python_gap, split_spec, submitted_function, take, take_snapshot,
+                              task_of, tests_command)
 from classroom.upload import UploadError, folders, holds, read_upload
 from common import UserError
 
@@ -228,7 +228,6 @@ class Grader:
         ]
         if self.warning:
             lines.append("warning: " + self.warning)
-        from classroom.source import python_gap  # this Python against the students' (source.py)
         if python_gap():
             lines.append("warning: " + python_gap())
         if not self.secret and self.seed < 0:

@@ -489,7 +489,7 @@ def test_a_decorator_another_def_line_or_a_helper_outside_is_refused_in_one_line
         "def fit_log_law(", "def helper_log(p):\n    return np.log(p)\n\n\ndef fit_log_law(")
     cases = {"@staticmethod\n" + ours: "has a decorator",
              ours.replace("def fit_log_law(positions, lam, L):", "def fit_log_law(positions, lam, L=8):"): "def line differs",
-             ours.replace("def fit_log_law(positions, lam, L):", "def fit_log_law(positions, lam, L) -> float:"):
+             ours.replace("def fit_log_law(positions, lam, L):", "def fit_log_law(positions, lam, L: int = 8) -> float:"):
                  "def line differs",
              ours.replace("def fit_log_law(positions, lam, L):", "def fit_log_law(positions, lam, L, k=print('hi')):"):
                  "def line differs",
