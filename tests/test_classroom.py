@@ -1021,7 +1021,7 @@ def test_grade_all_never_stops_for_one_student_and_writes_as_it_goes(project, tm
         return [report.result(tasks["T3"]) | {"score": score["value"], "passed": True, "output": "ok",
                                               "_prints": {("s", own + i) for i in range(10)}}]
     monkeypatch.setattr(grade_module.Grader, "grade", fake)
-    cfg = ClassroomConfig(csv=str(book), tasks="T3", sandbox="none", jobs=1, roster=str(roster),
+    cfg = ClassroomConfig(check_key=False, csv=str(book), tasks="T3", sandbox="none", jobs=1, roster=str(roster),
                           deadline="2027-03-01T23:59:00+00:00")
     gradebook.grade_all(klass, ["T3"], tasks, cfg, project)
     import csv
@@ -1037,15 +1037,15 @@ def test_grade_all_never_stops_for_one_student_and_writes_as_it_goes(project, tm
         [gradebook.feedback_name("=cmd"), "ada.md", "bob.md", "cy.md", "dee.md"])
     assert "10/10" in (feedback / "ada.md").read_text("utf-8") and "RecursionError" in (feedback / "bob.md").read_text("utf-8")
     score["value"] = 0  # --only: ada graded again, her row alone changes
-    gradebook.grade_all(klass, ["T3"], tasks, ClassroomConfig(csv=str(book), tasks="T3", sandbox="none",
+    gradebook.grade_all(klass, ["T3"], tasks, ClassroomConfig(check_key=False, csv=str(book), tasks="T3", sandbox="none",
                                                               only="ada", roster=str(roster)), project)
     again = {r["student"]: r for r in csv.DictReader(book.read_text("utf-8").splitlines())}
     assert again["ada"]["total"] == "0" and again["ada"]["same_as"] == "T3 cy 1.00"
     assert {k: v for k, v in again.items() if k != "ada"} == {k: v for k, v in rows.items() if k != "ada"}
     with pytest.raises(classroom.UserError, match="no folder of that name"):
-        gradebook.grade_all(klass, ["T3"], tasks, ClassroomConfig(csv=str(book), sandbox="none", only="zed"), project)
+        gradebook.grade_all(klass, ["T3"], tasks, ClassroomConfig(check_key=False, csv=str(book), sandbox="none", only="zed"), project)
     with pytest.raises(classroom.UserError, match="ISO 8601"):
-        gradebook.grade_all(klass, ["T3"], tasks, ClassroomConfig(csv=str(book), sandbox="none", deadline="friday"),
+        gradebook.grade_all(klass, ["T3"], tasks, ClassroomConfig(check_key=False, csv=str(book), sandbox="none", deadline="friday"),
                             project)
 
     def stop(self, sub, ids, slot=0):
@@ -1054,7 +1054,7 @@ def test_grade_all_never_stops_for_one_student_and_writes_as_it_goes(project, tm
         return fake(self, sub, ids, slot)
     monkeypatch.setattr(grade_module.Grader, "grade", stop)
     book.unlink()
-    cfg = ClassroomConfig(csv=str(book), tasks="T3", sandbox="none", jobs=1)
+    cfg = ClassroomConfig(check_key=False, csv=str(book), tasks="T3", sandbox="none", jobs=1)
     with pytest.raises(classroom.UserError, match="changed while"):
         gradebook.grade_all(klass, ["T3"], tasks, cfg, project)
     rows = {r["student"] for r in csv.DictReader(book.read_text("utf-8").splitlines())}
@@ -1068,7 +1068,7 @@ def test_grade_all_never_stops_for_one_student_and_writes_as_it_goes(project, tm
 def test_the_project_scores_full(project, tmp_path):
     """One grading of every task (about 30 s on 2 cores), with the default bounds."""
     tasks = tasks_of(project)
-    cfg = ClassroomConfig(secret="a teacher's secret", json=str(tmp_path / "full.json"),
+    cfg = ClassroomConfig(check_key=False, secret="a teacher's secret", json=str(tmp_path / "full.json"),
                           sandbox="auto" if METHODS else "none")
     full = grade(project, list(tasks), tasks, cfg, root=project, quiet=True)
     assert scores(full) == {t: tasks[t]["points"] for t in tasks}, [r["output"] for r in full if not r["passed"]]
@@ -1166,7 +1166,7 @@ def test_the_gradescope_zip_as_gradescope_runs_it(project, kit, tmp_path):
     (broken / "model.py").write_text("def query_scale(:\n", encoding="utf-8")
     assert run(broken) == {"T1": 0, "T3": 10, "T4": 10}
     # grade with the zip's secret gives the same points for the same code (hidden checks too)
-    cfg = ClassroomConfig(secret="zip secret", sandbox="auto" if METHODS else "none")
+    cfg = ClassroomConfig(check_key=False, secret="zip secret", sandbox="auto" if METHODS else "none")
     graded = grade(broken, ["T1", "T3", "T4"], tasks_of(project), cfg, root=project, quiet=True)
     assert scores(graded) == {"T1": 0, "T3": 10, "T4": 10}
 
@@ -1283,7 +1283,7 @@ def test_classroom50s_tests_give_the_points_grade_gives(project, kit, tmp_path):
         done = subprocess.run(t["run"], shell=True, cwd=half, env=reduced, capture_output=True, text=True,
                               timeout=t["timeout"] + 60)
         points[t["name"][:2]], said[t["name"][:2]] = (t["points"] if done.returncode == 0 else 0), done.stdout
-    cfg = ClassroomConfig(sandbox="auto" if METHODS else "none")
+    cfg = ClassroomConfig(check_key=False, sandbox="auto" if METHODS else "none")
     graded = grade(half, list(tasks), tasks, cfg, root=project, quiet=True)
     assert points == scores(graded) == {"T1": 10, "T2": 20, "T3": 10, "T4": 0, "T5": 30, "T6": 0}, (points, said)
     for r in graded:  # a blank task: every check ran and says the function is not written
@@ -1357,7 +1357,7 @@ def test_an_attack_on_every_task_scores_zero_reaches_nothing_and_meets_every_bou
     before = fingerprint(project)
     secret = "the teacher's secret 4242"
     os.environ["NANONOPE_SECRET"] = secret
-    cfg = ClassroomConfig(json=str(tmp_path / "r.json"), memory_mb=memory_mb, processes=32, file_mb=1, log_kb=64,
+    cfg = ClassroomConfig(check_key=False, json=str(tmp_path / "r.json"), memory_mb=memory_mb, processes=32, file_mb=1, log_kb=64,
                           timeout=12)
     try:
         results = grade(sub, list(tasks), tasks, cfg, root=project, quiet=True)
@@ -1424,7 +1424,7 @@ def test_honest_odd_formatting_scores_full_and_wrong_answers_lose_their_points(p
     (sub / "model.py").write_text(model, encoding="utf-8")
     (sub / "search_scales.py").write_bytes(b"\xef\xbb\xbf" + ss.replace("\n", "\r\n").encode("utf-8"))
     (sub / "evaluate.py").write_text(ev, encoding="utf-8")
-    cfg = ClassroomConfig(secret="s", sandbox="auto" if METHODS else "none")
+    cfg = ClassroomConfig(check_key=False, secret="s", sandbox="auto" if METHODS else "none")
     results = grade(tmp_path / "upload", list(tasks), tasks, cfg, root=project, quiet=True)
     got = scores(results)
     assert got == {"T1": 10, "T2": 0, "T3": 10, "T4": 10, "T5": 30, "T6": 0}, [r["output"] for r in results]

@@ -72,7 +72,7 @@ def book_rows(path):
 
 
 def run(klass, book, **options):
-    cfg = ClassroomConfig(csv=str(book), tasks="T3", sandbox="none", jobs=1, **options)
+    cfg = ClassroomConfig(check_key=False, csv=str(book), tasks="T3", sandbox="none", jobs=1, **options)
     return gradebook.grade_all(klass, ["T3"], TASKS, cfg, ROOT)
 
 
@@ -115,7 +115,7 @@ def test_the_roster_and_deadline_rules(tmp_path):
 
     def check(text, deadline="2027-03-01T23:59:00+00:00"):
         roster.write_text(text, encoding="utf-8")
-        cfg = ClassroomConfig(roster=str(roster), deadline=deadline)
+        cfg = ClassroomConfig(check_key=False, roster=str(roster), deadline=deadline)
         return gradebook.check_roster(cfg, ["student", "T3", "total", "late"])
 
     roster_, columns, times, no_folder, deadline = check(
@@ -138,7 +138,7 @@ def test_the_roster_and_deadline_rules(tmp_path):
     with pytest.raises(UserError, match="--deadline '2027-03-01T23:59' is not an ISO 8601 time with an offset"):
         check("folder,submitted_at\n", deadline="2027-03-01T23:59")
     with pytest.raises(UserError, match="give --roster=FILE"):
-        gradebook.check_roster(ClassroomConfig(deadline="2027-03-01T23:59Z"), [])
+        gradebook.check_roster(ClassroomConfig(check_key=False, deadline="2027-03-01T23:59Z"), [])
 
 
 # -----------------------------------------------------------------------------
@@ -210,7 +210,7 @@ def test_only_regrades_the_one_folder_of_exactly_that_name(fake, tmp_path):
         with pytest.raises(UserError, match="no folder of that name, exactly"):
             run(klass, book, only=wrong)
     with pytest.raises(UserError, match="has T3: give --tasks=T3"):
-        gradebook.grade_all(klass, ["T3", "T4"], TASKS, ClassroomConfig(csv=str(book), only="bob"), ROOT)
+        gradebook.grade_all(klass, ["T3", "T4"], TASKS, ClassroomConfig(check_key=False, csv=str(book), only="bob"), ROOT)
     assert fake.calls == ["bob"] and book_rows(book) == again
 
 
