@@ -280,7 +280,7 @@ class Pool:
 
             kill_tree(self.proc.pid)  # the sandbox's first process and all it holds
             self.proc.wait()
-            self.reader.thread.join(timeout=5)  # the pipe closed with the worker: its reader ends
+            self.reader.close()  # its thread ends, even one holding a chunk for a full queue
             for f in (self.proc.stdin, self.proc.stdout):
                 with contextlib.suppress(OSError):
                     f.close()
