@@ -319,22 +319,57 @@ def tree_memory(pid):
 
 # the runner's Python: one PyTorch has CPU wheels for (its default, 3.14, may not)
 CLASSROOM50_PYTHON = "3.12"
+VERIFIER = "classroom50/verify.py"  # the copy's guard (classroom/verify.py, filled in)
+VERIFY = Path(__file__).resolve().parent / "verify.py"
+PYTEST = ["tests/test_paper.py", "-q", "-p", "no:cacheprovider"]
 
 
-def classroom50_tests(tasks):
+def classroom50_verifier(files, graded, tasks):
+    """The text of the copy's classroom50/verify.py: classroom/verify.py with ASSIGNMENT filled
+    in: `files` ({path: sha256} of every file the checks may load), the task files `graded`,
+    the task ids and the checks' pytest arguments."""
+    assignment = {"files": dict(sorted(files.items())), "graded": sorted(graded),
+                  "tasks": [t["id"] for t in tasks], "pytest": PYTEST}
+    text = VERIFY.read_text(encoding="utf-8")
+    line = "ASSIGNMENT = {}  # python -m classroom student fills it in (classroom/platforms.py)\n"
+    if text.count(line) != 1:
+        raise ValueError(f"{VERIFY} lost its line {line.strip()!r}")
+    # JSON of strings and lists is a Python literal too
+    return text.replace(line, "ASSIGNMENT = " + json.dumps(assignment, indent=1) + "\n")
+
+
+def boot(sha256):
+    """The inline start of each of Classroom 50's commands: classroom50/verify.py run only when
+    its sha256 is the assignment's (python -I: nothing of the repository on sys.path, no
+    PYTHONPATH, no user site). One line, double-quoted for the runner's shell: no $, `, \\ or "
+    inside."""
+    code = (f"import hashlib,pathlib,sys;f=pathlib.Path('{VERIFIER}');"
+            "b=f.read_bytes() if f.is_file() else b'';"
+            f"sys.exit(str(f)+' is not the assignment one: put it back') "
+            f"if hashlib.sha256(b).hexdigest()!='{sha256}' else exec(compile(b,str(f),'exec'))")
+    if any(c in code for c in '$`\\"'):
+        raise ValueError(f"{VERIFIER}'s path or hash would break the runner's quoting")
+    return f'python -I -c "{code}"'
+
+
+def classroom50_tests(tasks, verifier_sha256):
     """Classroom 50's tests file (schema tests-v1, a bare JSON array) for the student copy: a
-    setup step (PyTorch's CPU build at the version the kit was made with, then the
-    requirements; 0 points), then one `run` test a task, all or nothing: the copy's replayed
-    checks of that task (tests/test_paper.py -k test_T3_), with the task's points."""
-    setup = (f"python -m pip install -q torch=={torch_version()} --index-url "
-             "https://download.pytorch.org/whl/cpu && python -m pip install -q -r requirements.txt")
-    out = [{"name": "setup: PyTorch's CPU build and the requirements", "type": "run", "run": setup,
-            "timeout": 600, "points": 0}]
+    setup step (0 points: requirements.txt checked, then PyTorch's CPU build at the version the
+    kit was made with and the requirements installed), then one `run` test a task, all or
+    nothing: the copy's files checked, and the task's replayed checks run in a pristine copy
+    holding only the task functions of the student's (classroom/verify.py), with the task's
+    points. Each command starts by checking classroom50/verify.py's sha256, written here: this
+    file stays in the teacher's config repository, where students cannot edit it."""
+    start = boot(verifier_sha256)
+    # python -I -m pip: from the repository's folder, with none of its files on sys.path
+    setup = (f"{start} setup && python -I -m pip install -q torch=={torch_version()} "
+             "--index-url https://download.pytorch.org/whl/cpu "
+             "&& python -I -m pip install -q -r requirements.txt")
+    out = [{"name": "setup: PyTorch's CPU build and the requirements", "type": "run",
+            "run": setup, "timeout": 600, "points": 0}]
     for t in tasks:
         out.append({"name": f"{t['id']} {t['title']}"[:100], "type": "run",
-                    "run": f"python -m pytest tests/test_paper.py -q -p no:cacheprovider "
-                           f"-k test_{t['id']}_",
-                    "timeout": 120, "points": t["points"]})
+                    "run": f"{start} {t['id']}", "timeout": 120, "points": t["points"]})
     return json.dumps(out, indent=1) + "\n"
 
 

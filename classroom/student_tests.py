@@ -10,6 +10,11 @@ write, in words and equations.
 
     python -m pytest tests/test_paper.py -k test_T3_        one task's checks
 
+First the grade's own rule: only each task function's own text is graded, so a def line that
+is not the handout's, a decorator, or a name your file defines outside the function (a helper,
+an import at the top) fails every check of its task, with the grade's reason. A failing check
+prints one block: the call, its arguments, what differs and by how much, what the check tests.
+
 Your teacher grades with the project's full checks, seeds of their own and the likely
 mistakes named (python -m classroom grade): passing here is the first step, not the grade.
 """
@@ -19,16 +24,16 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from classroom.snapshots import load, replay  # noqa: E402
+from classroom.snapshots import Copy  # noqa: E402
 
-CHECKS = load(Path(__file__).parent / "snapshots")
+COPY = Copy(ROOT)
 
 
-@pytest.mark.parametrize("check", list(CHECKS), ids=list(CHECKS))
+@pytest.mark.parametrize("check", list(COPY.checks), ids=list(COPY.checks))
 def test_task(check):
-    try:
-        replay(check, CHECKS[check])
-    except AssertionError as e:  # one short block: what differs, not the replay's own frames
-        pytest.fail(str(e), pytrace=False)
+    why = COPY.failure(check)
+    if why:  # failed here, outside any `except`: one block, with no chained exception below it
+        pytest.fail(why, pytrace=False)
