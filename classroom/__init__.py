@@ -15,4 +15,5 @@ gradebook.py   a class at once (grade-all)
 platforms.py   the Gradescope zip (gradescope, --try_on) and Classroom 50's tests and runtime
 lab.py         the lab's numbers and their expected ranges (ranges)
 student_tests.py   the copy's tests/test_paper.py
+verify.py      Classroom 50's guard: the copy's files checked, the checks run in a pristine copy
 """
