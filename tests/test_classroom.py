@@ -838,7 +838,7 @@ def test_auto_never_falls_back_to_none_as_root_and_names_each_reason(monkeypatch
     monkeypatch.setattr(sandbox, "as_root", lambda: True)
     with pytest.raises(classroom.UserError) as e:
         sandbox.choose("auto")
-    assert "bwrap is not here; unshare is not here; user is not here" in str(e.value) and "--sandbox=none" in str(e.value)
+    assert "unshare is not here; bwrap is not here; user is not here" in str(e.value) and "--sandbox=none" in str(e.value)
     assert sandbox.choose("none")[0] == "none"  # when asked for
     monkeypatch.setattr(sandbox, "as_root", lambda: False)
     method, warning = sandbox.choose("auto")

@@ -134,9 +134,9 @@ def test_shared_memory_tmp_files_ipc_and_sibling_copies_are_bounded(project, tmp
 
 def test_a_task_past_the_backstop_is_the_machines_graded_twice_then_not_graded(project, tmp_path):  # noqa: F811  (the fixture)
     """A task that waits past the backstop (3 x --timeout seconds waited on the worker) with CPU
-    time to spare is the machine's failure: graded again, and failed again its row says NOT
+    time to spare is the machine's failure: graded again, and failed again its result says NOT
     GRADED, no points, and grade exits 3 naming it. (Sleeping is no attack: sandbox none.)"""
-    tasks = {t: v for t, v in tasks_of(project).items() if t in ("T3", "T4")}
+    tasks = {t: v for t, v in tasks_of(project).items() if t == "T3"}
     sub = tmp_path / "sub"
     sub.mkdir()
     text = body_of("search_scales.py", "uniform_scale", "    import time\n    time.sleep(60)\n")
@@ -145,12 +145,11 @@ def test_a_task_past_the_backstop_is_the_machines_graded_twice_then_not_graded(p
                           json=str(tmp_path / "results.json"))
     t0 = time.time()
     with pytest.raises(MachineFailure) as e:
-        grade(sub, ["T3", "T4"], tasks, cfg, root=project, quiet=False)
+        grade(sub, ["T3"], tasks, cfg, root=project)
     assert e.value.code == 3 and "T3 not graded" in str(e.value)
     assert time.time() - t0 < 40  # twice the backstop of 3 s, and the judges' start-up
     text = (tmp_path / "results.json").read_text(encoding="utf-8")
     assert "NOT GRADED: the machine failed it twice" in text and "CPU time to spare" in text
-    assert '"score": 10' in text  # T4 graded as usual
 
 
 @sandboxed
