@@ -11,7 +11,12 @@ the project's code, on random inputs (sizes and seeds vary, so no constant passe
 Test names begin with their piece (test_T1_...), so `pytest -k T3` runs one piece; random
 cases are numbered [0]...[4]. Each piece's first checks are its edge cases and its return types,
 the same inputs in every grading (no SEED): a function wrong only for width-1 bins, a position at
-L or a context that is no multiple of 8 fails every grading alike, whatever its text. Every seed is offset by SEED, the environment variable
+L or a context that is no multiple of 8 fails every grading alike, whatever its text. Every
+check reads a result's type and shape before its values (a_float, a_tensor, an_array), the
+hidden cases' too, and compares the results of every call it makes, a call made to watch how a
+function computes as well; a check that hands over a model first takes what the function must
+leave as found (T5: all of it), and computes its references on the model as it was handed over.
+Every seed is offset by SEED, the environment variable
 NANONOPE_SEED (0 when unset): classroom/command.py's grader sets it for each task from a
 teacher's secret, so a grade cannot be passed by reading these tests' numbers. Graded, these tests run in the judge and each graded
 function is a stand-in that calls the student's in a sandboxed worker (classroom/remote.py):
@@ -43,6 +48,54 @@ def rng(seed):
 
 def close(a, b, atol):
     return a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol)
+
+
+# What a function returned is checked for its type and shape before any value is compared, in
+# every check and on the hidden (seeded) cases too: an empty array equals any pytest.approx,
+# torch.allclose broadcasts a size-0 dimension away, and a one-item array or a list compares
+# as its items do, so a comparison alone passes what was never computed.
+
+def a_float(value, what):
+    """value, a Python float (as T3's, T4's and T6's handouts return them)."""
+    assert type(value) is float, f"{what} is a {type(value).__name__}{shape_of(value)}: return a Python float"
+    return value
+
+
+def a_tensor(t, shape, dtype, what):
+    """t, a tensor of this shape and dtype."""
+    assert isinstance(t, torch.Tensor), f"{what} is a {type(t).__name__}{shape_of(t)}, not a tensor"
+    assert tuple(t.shape) == tuple(shape), f"{what} has shape {tuple(t.shape)}, not {tuple(shape)}"
+    assert t.dtype == dtype, f"{what} is {t.dtype}, not {dtype}"
+    return t
+
+
+def an_array(a, n, what):
+    """a, a numpy array of n float64 values (T3's per-bin results)."""
+    assert isinstance(a, np.ndarray) and a.dtype == np.float64, \
+        f"{what} is a {type(a).__name__} ({getattr(a, 'dtype', '')}): a numpy array of float64"
+    assert a.shape == (n,), f"{what} has shape {a.shape}, not ({n},)"
+    return a
+
+
+def shape_of(value):
+    shape = getattr(value, "shape", None)
+    return "" if shape is None else f" of shape {tuple(shape)}"
+
+
+def weights_of(model):
+    """Every weight and buffer of a model handed to a graded function, taken before the call. In
+    the grader the model takes back the worker's state after each call, so what the function did
+    to it is seen here; a reference computed on the model afterwards would follow it (zeroed
+    weights make every reference predictable), so each such check verifies it with kept_weights."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def kept_weights(model, weights, when, advice="read the model, change nothing in it"):
+    now = model.state_dict()
+    changed = [k for k in weights if k not in now or now[k].dtype != weights[k].dtype
+               or not torch.equal(now[k], weights[k])]
+    named = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    assert not changed, f"{when}: the model was not left as found: {named} changed ({advice})"
 
 
 # -----------------------------------------------------------------------------
@@ -82,8 +135,7 @@ def test_T1_query_scale_is_the_law_by_hand(case):
     nh, L = int(torch.randint(1, 7, (1,), generator=g)), int(torch.randint(2, 40, (1,), generator=g))
     T = L + int(torch.randint(1, 5 * L, (1,), generator=g))
     s, a = torch.rand(nh, generator=g) * 2 + 0.5, torch.rand(nh, generator=g) * 1.5
-    lam = query_scale(s, a, T, L)
-    assert lam.shape == (1, nh, T, 1), f"query_scale(T={T} > L={L}) has shape {tuple(lam.shape)}, not (1, nh, T, 1)"
+    lam = a_tensor(query_scale(s, a, T, L), (1, nh, T, 1), torch.float32, f"query_scale(T={T} > L={L})")
     want = by_hand(s.tolist(), a.tolist(), T, L)
     if not torch.allclose(lam[0, :, :, 0], want, rtol=1e-5, atol=1e-6):
         no_max = torch.tensor([[sh * (1 + ah * math.log(i / L)) for i in range(1, T + 1)]
@@ -92,8 +144,9 @@ def test_T1_query_scale_is_the_law_by_hand(case):
                 if torch.allclose(lam[0, :, :, 0], no_max, rtol=1e-5, atol=1e-6) else "")
         raise AssertionError(f"lam_h(i) differs from head_scale_h * (1 + a_h ln(max(i, L) / L)){hint}")
     assert torch.equal(lam[0, :, :L, 0], s.view(nh, 1).expand(nh, L)), "positions i <= L must get exactly head_scale"
-    short = query_scale(s, a, L, L)  # no position past L: one value per head
-    assert short.shape == (1, nh, 1, 1) and torch.equal(short.view(-1), s), \
+    short = a_tensor(query_scale(s, a, L, L), (1, nh, 1, 1), torch.float32,  # no position past L
+                     f"query_scale(T = L = {L})")
+    assert torch.equal(short.view(-1), s), \
         "with T <= L query_scale returns head_scale itself, shape (1, nh, 1, 1)"
 
 
@@ -203,9 +256,8 @@ def test_T2_written_out_attention_against_a_dense_reference(case):
         for window, sink in ((None, False), (4, False), (4, True)):
             for chunk in (3, 256):
                 y, ent = written_out_attention(q, k, v, lam, window, sink, chunk)
-                assert y.shape == (B, nh, T, hs) and ent.shape == (B, nh, T), \
-                    f"shapes {tuple(y.shape)} and {tuple(ent.shape)}, not (B, nh, T, hs) and (B, nh, T)"
-                assert ent.dtype == torch.float32, f"entropy in {ent.dtype}, not float32"
+                a_tensor(y, (B, nh, T, hs), v.dtype, "y")
+                a_tensor(ent, (B, nh, T), torch.float32, "the entropy")
                 ref_y, ref_ent = dense_reference(q, k, v, lam, window, sink)
                 where = (f"lambda {'per head' if lam is per_head else 'per head and position'}, "
                          f"window {window}, sink {sink}, chunk {chunk}")
@@ -214,35 +266,58 @@ def test_T2_written_out_attention_against_a_dense_reference(case):
                     raise AssertionError(f"{which} differs from softmax(lam_i q_i.k_j / sqrt(d)) written out "
                                          f"({where}){mistake(y, ent, q, k, v, lam, window, sink)}")
     y, ent = written_out_attention(q, k, v, chunk=7)  # lam=None: lambda 1
+    a_tensor(y, (B, nh, T, hs), v.dtype, "y with lam=None")
+    a_tensor(ent, (B, nh, T), torch.float32, "the entropy with lam=None")
     ref_y, ref_ent = dense_reference(q, k, v, torch.ones(1, 1, 1, 1), None, False)
     assert torch.allclose(y.double(), ref_y, atol=1e-5) and torch.allclose(ent.double(), ref_ent, atol=1e-4), \
         "with lam=None (lambda 1) the result differs from plain causal attention"
 
 
 def test_T2_written_out_attention_never_calls_sdpa(observe):
+    """No fused kernel in the call, and the call computes the attention (not nothing, unwatched)."""
     q, k, v = (torch.randn(1, 2, 9, 4, generator=rng(SEED + i)) for i in range(3))
     for args in ((torch.full((1, 2, 1, 1), 1.3),), (None, 4, True, 2)):
-        _, seen = observe(written_out_attention, q, k, v, *args)
+        (y, ent), seen = observe(written_out_attention, q, k, v, *args)
         assert not seen["sdpa"], "the written-out path called scaled_dot_product_attention: write the softmax out"
+        lam, window, sink = (args[0], None, False) if len(args) == 1 else (torch.ones(1, 1, 1, 1), 4, True)
+        ref_y, ref_ent = dense_reference(q, k, v, lam, window, sink)
+        a_tensor(y, (1, 2, 9, 4), torch.float32, "y")
+        a_tensor(ent, (1, 2, 9), torch.float32, "the entropy")
+        assert torch.allclose(y.double(), ref_y, atol=1e-5) and torch.allclose(ent.double(), ref_ent, atol=1e-4), \
+            f"window {window}, sink {sink}: differs from softmax(lam_i q_i.k_j / sqrt(d)) written out"
 
 
 def test_T2_holds_one_chunk_of_scores_and_returns_y_in_vs_dtype(observe):
     """Queries `chunk` at a time: no floating-point tensor the function makes may hold more
     than B * nh * chunk * T values (head size 2, so q, k, v and y are below that bound and the
-    full (T, T) scores far above it); y comes back in v's dtype (bfloat16 in, bfloat16 out)."""
+    full (T, T) scores far above it); y comes back in v's dtype (bfloat16 in, bfloat16 out). Both
+    calls' results are the attention's: a call that makes nothing has made no large tensor either
+    (the project's bfloat16 y was within 0.011 of the float64 reference over 200 seeds)."""
     B, nh, T, hs, chunk = 2, 2, 40, 2, 3
     g = rng(SEED + 11)
     q, k, v = (torch.randn(B, nh, T, hs, generator=g) for _ in range(3))
     lam = torch.rand(1, nh, T, 1, generator=g) + 0.5
     bound = B * nh * chunk * T
-    (y, _), seen = observe(written_out_attention, q, k, v, lam, None, False, chunk, bound=bound)
+    (y, ent), seen = observe(written_out_attention, q, k, v, lam, None, False, chunk, bound=bound)
     assert seen["largest"] <= bound, \
         (f"a float tensor of shape {tuple(seen['shape'])} ({seen['largest']} values) was made with "
          f"B={B}, nh={nh}, chunk={chunk}, T={T}: at most B*nh*chunk*T = {bound} (go through the queries "
          "`chunk` at a time: no full T x T scores, and no float T x T mask)")
-    y, ent = written_out_attention(*(t.to(torch.bfloat16) for t in (q, k, v)), lam, None, False, 16)
+    ref_y, ref_ent = dense_reference(q, k, v, lam, None, False)
+    a_tensor(y, (B, nh, T, hs), torch.float32, "y")
+    a_tensor(ent, (B, nh, T), torch.float32, "the entropy")
+    assert torch.allclose(y.double(), ref_y, atol=1e-5) and torch.allclose(ent.double(), ref_ent, atol=1e-4), \
+        f"chunk {chunk}: differs from softmax(lam_i q_i.k_j / sqrt(d)) written out"
+    low = tuple(t.to(torch.bfloat16) for t in (q, k, v))
+    y, ent = written_out_attention(*low, lam, None, False, 16)
+    assert isinstance(y, torch.Tensor) and isinstance(ent, torch.Tensor), "return two tensors"
     assert y.dtype == torch.bfloat16 and ent.dtype == torch.float32, \
         f"bfloat16 q, k, v gave y in {y.dtype} and the entropy in {ent.dtype}: y in v's dtype, entropy float32"
+    a_tensor(y, (B, nh, T, hs), torch.bfloat16, "y from bfloat16 q, k, v")
+    a_tensor(ent, (B, nh, T), torch.float32, "the entropy from bfloat16 q, k, v")
+    ref_y, ref_ent = dense_reference(*low, lam, None, False)
+    assert torch.allclose(y.double(), ref_y, atol=0.05) and torch.allclose(ent.double(), ref_ent, atol=1e-3), \
+        "bfloat16 q, k, v: differs from softmax(lam_i q_i.k_j / sqrt(d)) written out (scores in float32)"
 
 
 @pytest.mark.parametrize("window, sink", [(None, False), (6, False), (6, True)])
@@ -256,6 +331,7 @@ def test_T2_the_written_out_path_equals_sdpa_with_lambda_folded_into_q(window, s
     mask = None if window is None else window_mask(30, window, q.device, sink)
     want = F.scaled_dot_product_attention(q * lam, k, v, attn_mask=mask, is_causal=mask is None)
     y, _ = written_out_attention(q, k, v, lam, window, sink, chunk=7)  # chunking over queries too
+    a_tensor(y, want.shape, want.dtype, "y")
     assert torch.allclose(y, want, atol=1e-5), \
         f"softmax(lam q.k / sqrt(d)) written out differs from SDPA on (lam q, k, v) (window {window}, sink {sink})"
 
@@ -265,6 +341,7 @@ def test_T2_entropy_is_bits_and_uniform_attention_meets_the_bound():
     g = rng(SEED + 8)
     q, k, v = (torch.randn(1, 4, 50, 8, generator=g) * 3 for _ in range(3))
     _, ent = written_out_attention(q, k, v, torch.zeros(1, 4, 1, 1), chunk=16)
+    a_tensor(ent, (1, 4, 50), torch.float32, "the entropy")
     if torch.isnan(ent).any():
         raise AssertionError("lambda = 0 gave NaN: it matches lambda applied after the mask (-inf * 0 = NaN): "
                              "multiply the logits by lambda before masking")
@@ -274,8 +351,10 @@ def test_T2_entropy_is_bits_and_uniform_attention_meets_the_bound():
     assert torch.allclose(ent, bound, atol=1e-4), \
         "lambda = 0 (every logit 0): query i attends evenly to i keys, entropy log2(i) bits"
     # with lambda = 1 the entropy is below the bound, and chunking does not change it
-    e1 = written_out_attention(q, k, v, torch.ones(1, 4, 1, 1), chunk=7)[1]
-    e2 = written_out_attention(q, k, v, torch.ones(1, 4, 1, 1), chunk=1000)[1]
+    e1 = a_tensor(written_out_attention(q, k, v, torch.ones(1, 4, 1, 1), chunk=7)[1], (1, 4, 50), torch.float32,
+                  "the entropy with chunk 7")
+    e2 = a_tensor(written_out_attention(q, k, v, torch.ones(1, 4, 1, 1), chunk=1000)[1], (1, 4, 50),
+                  torch.float32, "the entropy with chunk 1000")
     assert torch.allclose(e1, e2, atol=1e-5), "the chunk size changes the entropy"
     assert (e1 <= bound + 1e-4).all() and (e1[..., 10:] < bound[..., 10:] - 0.01).any(), \
         "the entropy is above log2(i), or never below it"
@@ -284,36 +363,48 @@ def test_T2_entropy_is_bits_and_uniform_attention_meets_the_bound():
 def test_T2_scores_stay_in_float32_under_bf16_autocast():
     """Entropy is measured on the written-out path: under bf16 autocast its q.k scores must not be
     rounded to bf16 (flash attention keeps them in fp32), so they equal the fp32 product of the
-    same bf16 q and k."""
+    same bf16 q and k (and those are the entropy written out, not two equal values of anything)."""
     q, k, v = [(3 * torch.randn(1, 2, 40, 16, generator=rng(SEED + i))).to(torch.bfloat16) for i in range(3)]
     lam = torch.rand(1, 2, 40, 1, generator=rng(SEED)) + 1
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        low = written_out_attention(q, k, v, lam, chunk=16)[1]
-    exact = written_out_attention(q.float(), k.float(), v.float(), lam, chunk=16)[1]
+        low = a_tensor(written_out_attention(q, k, v, lam, chunk=16)[1], (1, 2, 40), torch.float32,
+                       "the entropy under autocast")
+    exact = a_tensor(written_out_attention(q.float(), k.float(), v.float(), lam, chunk=16)[1], (1, 2, 40),
+                     torch.float32, "the entropy")
+    assert torch.allclose(exact.double(), dense_reference(q, k, v, lam, None, False)[1], atol=1e-4), \
+        "the entropy of float32 q, k, v differs from softmax(lam_i q_i.k_j / sqrt(d)) written out"
     assert torch.allclose(low, exact, atol=1e-5), "under bfloat16 autocast the scores were rounded: keep them float32"
 
 
 # -----------------------------------------------------------------------------
 # T3: UniformScale, the best lambda per length and per position bin
 
+def uniform_results(best, n_bins, where):
+    """best, checked to be the handout's dict: four Python floats and two float64 arrays of one
+    value a bin."""
+    assert isinstance(best, dict), f"{where}: uniform_scale returned a {type(best).__name__}, not a dict"
+    for key in ("best_lam", "best_loss", "best_lam_tail", "best_tail_loss"):
+        assert key in best, f"{where}: no {key!r} in the result"
+        a_float(best[key], f"{where}: {key}")
+    for key in ("positions", "best_lam_per_position"):
+        assert key in best, f"{where}: no {key!r} in the result"
+        an_array(best[key], n_bins, f"{where}: {key} (one value a whole bin, a last partial bin dropped)")
+    return best
+
+
 def test_T3_returns_arrays_and_floats_and_meets_the_edges():
     """The same in every grading: bins of width 1, a width that leaves a partial bin, a tail as
     long as the table, lists in; numpy arrays of float64 and Python floats out."""
     lams = [1.0, 1.1, 1.2]
     loss = [[3.0, 1.0, 2.0, 2.5, 1.0], [1.0, 2.0, 1.5, 2.5, 3.0], [2.0, 3.0, 1.0, 0.5, 2.0]]
-    best = uniform_scale(lams, loss, 5, 1)
-    for key in ("best_lam", "best_loss", "best_lam_tail", "best_tail_loss"):
-        assert type(best[key]) is float, f"{key} is a {type(best[key]).__name__}: a Python float"
-    for key in ("positions", "best_lam_per_position"):
-        assert isinstance(best[key], np.ndarray) and best[key].dtype == np.float64, \
-            f"{key} is a {type(best[key]).__name__} ({getattr(best[key], 'dtype', '')}): a numpy array of float64"
+    best = uniform_results(uniform_scale(lams, loss, 5, 1), 5, "bins of width 1")
     assert best["positions"].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0], \
         f"bins of width 1: each position its own bin, centres 1 ... n, not {best['positions'].tolist()}"
     assert best["best_lam_per_position"].tolist() == [1.1, 1.0, 1.2, 1.2, 1.0], \
         "bins of width 1: the best lambda at each position (ties to the smaller)"
     assert best["best_lam"] == 1.2 and best["best_lam_tail"] == 1.2 and best["best_loss"] == best["best_tail_loss"], \
         "tail = n: the tail is every position (means 1.9, 2.0, 1.7: lambda 1.2)"
-    two = uniform_scale(np.array(lams), np.array(loss), 2, 2)
+    two = uniform_results(uniform_scale(np.array(lams), np.array(loss), 2, 2), 2, "bins of 2")
     assert two["positions"].tolist() == [1.5, 3.5] and two["best_lam_per_position"].tolist() == [1.1, 1.2], \
         "bins of 2 over 5 positions: two bins (centres 1.5, 3.5), the last partial one dropped"
     assert two["best_lam_tail"] == 1.2 and two["best_tail_loss"] == pytest.approx(1.25), "tail 2: the last two"
@@ -325,15 +416,16 @@ def test_T3_a_hand_built_loss_table():
     loss = np.array([[1.0, 1.0, 1.0, 1.0, 3.0, 3.0, 3.0, 3.0],
                      [1.5, 1.5, 1.5, 1.5, 1.6, 1.6, 1.6, 1.6],
                      [3.0, 3.0, 3.0, 3.0, 1.1, 1.1, 1.1, 1.7]])
-    best = uniform_scale(lams, loss, tail=2, width=4)
+    best = uniform_results(uniform_scale(lams, loss, tail=2, width=4), 2, "bins of 4")
     assert best["best_lam"] == 1.2 and best["best_loss"] == pytest.approx(1.55), \
         "best_lam / best_loss: the lambda with the lowest mean over every position, and that mean"
     assert best["best_lam_tail"] == 1.4 and best["best_tail_loss"] == pytest.approx(1.4), \
         "best_lam_tail / best_tail_loss: the lowest mean over the last `tail` positions"
     assert list(best["positions"]) == [2.5, 6.5], "a bin's position is its centre, positions counted from 1"
     assert list(best["best_lam_per_position"]) == [1.0, 1.4], "best_lam_per_position: the best lambda in each bin"
-    assert uniform_scale(lams, loss, tail=1, width=4)["best_lam_tail"] == 1.2, "tail=1: the last position alone"
-    tie = uniform_scale(lams, np.ones((3, 7)), tail=1, width=3)
+    last = uniform_results(uniform_scale(lams, loss, tail=1, width=4), 2, "tail 1")
+    assert last["best_lam_tail"] == 1.2, "tail=1: the last position alone"
+    tie = uniform_results(uniform_scale(lams, np.ones((3, 7)), tail=1, width=3), 2, "ties")
     assert list(tie["positions"]) == [2.0, 5.0], "a last partial bin is dropped"
     assert list(tie["best_lam_per_position"]) == [1.0, 1.0] and tie["best_lam"] == 1.0 and tie["best_lam_tail"] == 1.0, \
         "ties go to the smaller lambda (the first on the grid)"
@@ -346,17 +438,15 @@ def test_T3_random_tables_against_loops(case):
     n_lam, n, width, tail = r.integers(2, 9), r.integers(8, 80), r.integers(1, 9), r.integers(1, 8)
     lams = np.round(1 + 0.05 * np.arange(n_lam), 6)
     loss = r.random((n_lam, n)) + 2
-    best = uniform_scale(lams, loss, tail, width)
+    table = f"a random table of {n_lam} lambdas x {n} positions, tail {tail}, bins of {width}"
+    nb = n // width
+    best = uniform_results(uniform_scale(lams, loss, tail, width), nb, table)
     means = [sum(row) / n for row in loss.tolist()]
     tails = [sum(row[n - tail:]) / tail for row in loss.tolist()]
-    table = f"a random table of {n_lam} lambdas x {n} positions, tail {tail}, bins of {width}"
     assert best["best_lam"] == lams[means.index(min(means))] and best["best_loss"] == pytest.approx(min(means)), \
         f"best_lam / best_loss on {table}"
     assert best["best_lam_tail"] == lams[tails.index(min(tails))] and best["best_tail_loss"] == pytest.approx(min(tails)), \
         f"best_lam_tail / best_tail_loss on {table}"
-    nb = n // width
-    assert len(best["positions"]) == nb == len(best["best_lam_per_position"]), \
-        f"{nb} whole bins of {width} in {n} positions (a last partial bin dropped), on {table}"
     for b in range(nb):
         per = [sum(row[b * width:(b + 1) * width]) / width for row in loss.tolist()]
         assert best["best_lam_per_position"][b] == lams[per.index(min(per))], f"bin {b}'s best lambda on {table}"
@@ -385,6 +475,8 @@ def test_T4_the_law_against_lstsq(case):
     every = np.linalg.lstsq(x[:, None], lam - 1, rcond=None)[0][0]
     assert abs(ref - with_intercept) > 1e-3 and abs(ref - every) > 1e-3  # the data, not the code under test
     a, r2 = fit_log_law(positions, lam, L)
+    a_float(a, "a")  # before any value: an empty array equals any pytest.approx
+    a_float(r2, "R^2")
     if a != pytest.approx(ref, rel=1e-9):
         hint = (" (it matches a fit with a free intercept: lambda(L) = 1, no intercept)"
                 if a == pytest.approx(with_intercept, rel=1e-6) else
@@ -403,6 +495,8 @@ def test_T4_exact_cases_a_position_at_L_counts():
     Keeping i > L instead drops the position at L: the same a (x = 0 adds nothing) but
     R^2 = 0.955556 over the two positions left."""
     a, r2 = fit_log_law([5, 10, 20, 40], [3.0, 1.1, 1.2, 1.5], 10)
+    a_float(a, "a")
+    a_float(r2, "R^2")
     assert a == pytest.approx(0.24 / math.log(2), rel=1e-9), f"a = {a:.6f}; by hand 0.24 / ln 2 = 0.346247"
     if r2 == pytest.approx(0.955556, abs=1e-6):
         raise AssertionError("R^2 = 0.955556: it matches a fit over i > L; the position at L counts (i >= L)")
@@ -419,10 +513,12 @@ def test_T4_returns_python_floats_from_lists_and_arrays():
 
 
 def test_T4_too_few_positions_give_nan():
-    assert all(math.isnan(v) for v in fit_log_law([10, 50], [1.0, 1.3], 64)), "no position >= L: (nan, nan)"
-    assert all(math.isnan(v) for v in fit_log_law([10, 128], [1.5, 1.3], 64)), \
+    def nans(out):
+        return len(out) == 2 and all(math.isnan(a_float(v, "a or R^2")) for v in out)
+    assert nans(fit_log_law([10, 50], [1.0, 1.3], 64)), "no position >= L: (nan, nan)"
+    assert nans(fit_log_law([10, 128], [1.5, 1.3], 64)), \
         "one position >= L (128; 10 is below L = 64): fewer than two, (nan, nan)"
-    assert all(math.isnan(v) for v in fit_log_law([64, 64], [1.0, 1.0], 64)), "every position at L (x = 0): (nan, nan)"
+    assert nans(fit_log_law([64, 64], [1.0, 1.0], 64)), "every position at L (x = 0): (nan, nan)"
 
 
 # -----------------------------------------------------------------------------
@@ -451,6 +547,15 @@ def planted(seed, lam, n_rows=256, T=24):
     return build(), x, y
 
 
+def planted_lambdas(seed):
+    """The recovery check's two planted lambdas, each drawn from the seed in [1.4, 2.2]: a
+    hidden case changes with SEED, so a constant rarely passes (within 0.2 of a head over half
+    its range at best: all six draws of a grading, 1 in 64), and init 1.0 is 0.4 or more away.
+    (Higher lambdas are found less closely: up to 0.243 off over 300 seeds drawn in [1.4, 2.4]
+    from 256 rows.)"""
+    return [round(1.4 + 0.8 * v, 3) for v in torch.rand(2, generator=rng(seed + 500)).tolist()]
+
+
 def batches(x, y, size, seed):
     g = rng(seed)
     while True:
@@ -466,20 +571,56 @@ def watched(rows, model, seen):
         yield item
 
 
+def as_found(model):
+    """What a fit must leave as it found it (T5.md: the model put back as found): every weight
+    and buffer (the scales among them) bit for bit, the train/eval mode, each requires_grad flag."""
+    return weights_of(model), model.training, [p.requires_grad for p in model.parameters()]
+
+
+def left_as_found(model, found, when="after the fit"):
+    weights, training, flags = found
+    kept_weights(model, weights, when, "only lambda is fitted: leave every weight as it was, put the scales back")
+    assert model.training == training, \
+        f"{when}: the model is in {'train' if model.training else 'eval'} mode: restore the mode it had"
+    got = [p.requires_grad for p in model.parameters()]
+    assert got == flags, f"{when}: requires_grad flags {got}, the model had {flags}: restore each one"
+
+
+LOG_KEYS = ("step", "loss", "lam_mean", "lam_min", "lam_max", "lr")
+
+
+def a_fit(out, shape, steps):
+    """(lam, log), checked to be what the handout returns before any value is read: lam a
+    detached float32 tensor of init's shape, the log a list of one dict a step whose step is an
+    int and whose other values are floats (an empty array would equal any pytest.approx)."""
+    assert isinstance(out, (tuple, list)) and len(out) == 2, "fit_head_scales returns (lam, log)"
+    lam, log = out
+    a_tensor(lam, shape, torch.float32, "the fitted lam (init's shape, float32)")
+    assert not lam.requires_grad, "the fitted lam requires grad: return lam.detach()"
+    assert isinstance(log, list), f"the log is a {type(log).__name__}: a list of dicts, one a step"
+    assert len(log) == steps, f"{len(log)} log rows for {steps} steps: one a step"
+    for i, row in enumerate(log):
+        assert isinstance(row, dict) and all(k in row for k in LOG_KEYS), \
+            f"log row {i + 1} is not a dict with {', '.join(LOG_KEYS)}"
+        assert isinstance(row["step"], int) and not isinstance(row["step"], bool), \
+            f"log row {i + 1}: step is a {type(row['step']).__name__}, not an int"
+        bad = [k for k in LOG_KEYS[1:] if not isinstance(row[k], float)]
+        assert not bad, (f"log row {i + 1}: {', '.join(f'{k} is a {type(row[k]).__name__}' for k in bad)}: "
+                         "each a float (round(loss.item(), 5), round(lam.mean().item(), 4), ...)")
+    return lam, log
+
+
 def test_T5_only_lambda_moves_and_the_model_is_left_as_found():
     model, x, y = planted(SEED, [1.6, 1.2])
     model.train()
-    before = {k: v.clone() for k, v in model.state_dict().items()}
+    found = as_found(model)
     seen = []
-    fit_head_scales(model, watched(batches(x, y, 16, SEED), model, seen), torch.ones(1, 2) * 1.4, steps=5)
+    out = fit_head_scales(model, watched(batches(x, y, 16, SEED), model, seen), torch.ones(1, 2) * 1.4, steps=5)
     assert len(seen) == 5, f"the fit asked for {len(seen)} batches in 5 steps: one a step"
     assert all(not any(flags) for flags in seen), "a weight had requires_grad during the fit: freeze every weight"
     assert all(p.grad is None for p in model.parameters()), "a weight got a gradient: only lambda may"
-    after = model.state_dict()
-    changed = [k for k in before if not torch.equal(before[k], after[k])]
-    assert not changed, f"the model was not left as found: {', '.join(changed)} changed"
-    assert model.training and all(p.requires_grad for p in model.parameters()), \
-        "train/eval mode or requires_grad flags not restored after the fit"
+    left_as_found(model, found)
+    a_fit(out, (1, 2), 5)
 
 
 def test_T5_puts_the_model_back_as_found_after_success_and_after_an_error():
@@ -491,6 +632,7 @@ def test_T5_puts_the_model_back_as_found_after_success_and_after_an_error():
     for p, f in zip(model.parameters(), flags):
         p.requires_grad_(f)
     model.set_head_scales(torch.tensor([[1.25, 1.5]]))
+    found = as_found(model)
 
     def failing(rows, after):
         for i, item in enumerate(rows):
@@ -499,24 +641,28 @@ def test_T5_puts_the_model_back_as_found_after_success_and_after_an_error():
             yield item
     for name, rows in (("after the fit", batches(x, y, 8, SEED)), ("after an error", failing(batches(x, y, 8, SEED), 2))):
         try:
-            fit_head_scales(model, rows, torch.full((1, 2), 1.1), steps=4)
+            out = fit_head_scales(model, rows, torch.full((1, 2), 1.1), steps=4)
         except Exception as e:  # noqa: BLE001  (the error the batches raised: it must come through)
             assert name == "after an error" and "the batches failed" in str(e), f"the fit raised {e!r} {name}"
         else:
             assert name == "after the fit", "an error in the batches was swallowed: let it through"
+            a_fit(out, (1, 2), 4)
         assert not model.training, f"{name}: the model is in train mode; it was in eval mode: restore its mode"
         got = [p.requires_grad for p in model.parameters()]
         assert got == flags, f"{name}: requires_grad flags {got}, the model had {flags}: restore each one"
         assert torch.equal(model.get_head_scales(), torch.tensor([[1.25, 1.5]])), \
             f"{name}: head scales {model.get_head_scales().tolist()}, the model had [[1.25, 1.5]]: restore them"
+        left_as_found(model, found, name)
 
 
 def test_T5_clamp_after_every_step_and_warmup_then_cosine():
     # the teacher's first head wants lambda < 1: the clamp holds it at 1 at every step
     model, x, y = planted(SEED + 1, [0.6, 1.5])
     steps, lr, warmup, final = 40, 0.1, 6, 0.01
-    lam, log = fit_head_scales(model, batches(x, y, 16, SEED + 1), torch.full((1, 2), 1.0), steps=steps, lr=lr,
-                               warmup=warmup, final_lr=final, min_scale=1.0)
+    found = as_found(model)
+    lam, log = a_fit(fit_head_scales(model, batches(x, y, 16, SEED + 1), torch.full((1, 2), 1.0), steps=steps,
+                                      lr=lr, warmup=warmup, final_lr=final, min_scale=1.0), (1, 2), steps)
+    left_as_found(model, found)
     below = [row["step"] for row in log if row["lam_min"] < 1.0]
     assert not below, f"lam_min < 1 in the log at steps {below[:5]}: clamp after every step, before logging"
     assert lam.min() >= 1.0, "the fitted lambda is below min_scale"
@@ -528,24 +674,26 @@ def test_T5_clamp_after_every_step_and_warmup_then_cosine():
             f"step {step + 1}: lr {row['lr']:.5f}, warm-up then cosine gives {want:.5f}"
     # no clamp: the same fit goes below 1
     model, x, y = planted(SEED + 1, [0.6, 1.5])
-    lam, log = fit_head_scales(model, batches(x, y, 16, SEED + 1), torch.full((1, 2), 1.0), steps=steps, lr=lr,
-                               warmup=warmup, final_lr=final, min_scale=1e-3)
+    found = as_found(model)
+    lam, log = a_fit(fit_head_scales(model, batches(x, y, 16, SEED + 1), torch.full((1, 2), 1.0), steps=steps,
+                                      lr=lr, warmup=warmup, final_lr=final, min_scale=1e-3), (1, 2), steps)
+    left_as_found(model, found)
     assert lam.min() < 0.95, "with min_scale = 0.001 the head that wants 0.6 still sits at 1: clamp at min_scale"
 
 
 def test_T5_starts_at_init_and_takes_one_lambda_per_layer_or_one_for_all():
     model, x, y = planted(SEED + 2, [1.5, 1.5])
-    lam, log = fit_head_scales(model, batches(x, y, 16, SEED + 2), torch.full((1, 1), 1.7), steps=1, lr=1e-6)
-    assert isinstance(lam, torch.Tensor) and lam.dtype == torch.float32 and not lam.requires_grad, \
-        "lam comes back a float32 tensor, detached"
-    assert lam.shape == (1, 1), f"init (1, 1), one lambda for all heads: the result has shape {tuple(lam.shape)}"
-    assert isinstance(log, list) and all(isinstance(r, dict) for r in log), "the log is a list of dicts"
+    found = as_found(model)
+    lam, log = a_fit(fit_head_scales(model, batches(x, y, 16, SEED + 2), torch.full((1, 1), 1.7), steps=1, lr=1e-6),
+                      (1, 1), 1)  # init (1, 1): one lambda for all heads
+    left_as_found(model, found)
     assert abs(log[0]["lam_mean"] - 1.7) < 1e-3, f"the fit starts at {log[0]['lam_mean']}, not at init 1.7"
     two = make("nope", seed=SEED, n_layer=2, n_head=2, block_size=8)  # one lambda per layer
     rows = batches(torch.randint(0, V, (8, 12), generator=rng(SEED)), torch.randint(0, V, (8, 12), generator=rng(SEED + 1)),
                    4, SEED)
-    lam, log = fit_head_scales(two, rows, torch.tensor([[1.2], [1.4]]), steps=2, lr=1e-6)
-    assert lam.shape == (2, 1) and len(log) == 2, f"init (n_layer, 1): the result has shape {tuple(lam.shape)}"
+    found = as_found(two)
+    a_fit(fit_head_scales(two, rows, torch.tensor([[1.2], [1.4]]), steps=2, lr=1e-6), (2, 1), 2)  # init (n_layer, 1)
+    left_as_found(two, found)
 
 
 def fit_by_hand(model, rows, init, steps, lr, betas, warmup, final_lr, min_scale, weight_decay=0.0):
@@ -580,12 +728,19 @@ def fit_by_hand(model, rows, init, steps, lr, betas, warmup, final_lr, min_scale
 def test_T5_the_same_fit_as_the_recipe_step_by_step():
     """The same rows, start and settings (betas and a schedule of its own) through the fit and
     through the recipe written out above must give the same log and lambdas, so every detail
-    the handout fixes counts (AdamW without weight decay, the schedule, the clamp)."""
-    model, x, y = planted(SEED + 3, [1.7, 0.8])
+    the handout fixes counts (AdamW without weight decay, the schedule, the clamp). The recipe
+    runs first, on the model as it is handed over, and the fit must leave that model as found:
+    a fit that changed the weights would otherwise make the reference it is compared with. The
+    planted lambdas change with the seed; the second head wants less than 1, so the clamp acts."""
+    g = rng(SEED + 3)
+    model, x, y = planted(SEED + 3, [round(1.4 + 0.6 * float(torch.rand(1, generator=g)), 3),
+                                     round(0.6 + 0.3 * float(torch.rand(1, generator=g)), 3)])
     model.eval()
     args = dict(steps=30, lr=0.08, betas=(0.8, 0.9), warmup=5, final_lr=0.004, min_scale=1.0)
-    lam, log = fit_head_scales(model, batches(x, y, 16, SEED), torch.tensor([[1.1, 1.3]]), **args)
+    found = as_found(model)
     want, want_log = fit_by_hand(model, batches(x, y, 16, SEED), torch.tensor([[1.1, 1.3]]), **args)
+    lam, log = a_fit(fit_head_scales(model, batches(x, y, 16, SEED), torch.tensor([[1.1, 1.3]]), **args), (1, 2), 30)
+    left_as_found(model, found)
     decayed = None
     for step, (row, ref) in enumerate(zip(log, want_log)):
         for key in ("loss", "lam_mean", "lam_min", "lam_max", "lr"):
@@ -596,25 +751,27 @@ def test_T5_the_same_fit_as_the_recipe_step_by_step():
                 hint = (" (it matches AdamW's default weight decay 0.01: pass weight_decay=0.0)"
                         if all(r[key] == pytest.approx(d[key], abs=2e-4) for r, d in zip(log, decayed)) else "")
                 raise AssertionError(f"step {step + 1}: {key} {row[key]} against the recipe's {ref[key]:.5g}{hint}")
-    assert len(log) == len(want_log), f"{len(log)} log rows, the recipe has {len(want_log)}"
     assert torch.allclose(lam, want, atol=1e-4), f"fitted {lam.tolist()}, the recipe gives {want.tolist()}"
 
 
 @pytest.mark.parametrize("case", CASES[:3])
 def test_T5_headscale_recovers_planted_lambdas(case):
-    """Calibrated over seeds 0-299 (256 rows, batches of 32, from 1), since the grader draws
-    any seed: the largest error was 0.186, the 99th percentile 0.168, the median 0.059; the
-    tolerance is 0.3, against 0.8 at the start. (Without the clamp the head that wants 0.6 went
-    to 0.80 at most over the same seeds: the clamp test's 0.95 holds.)"""
+    """The planted lambdas are drawn from the seed (planted_lambdas), each in [1.4, 2.2].
+    Calibrated over seeds 0-299 (1024 rows, batches of 32, from 1), since the grader draws any
+    seed: the largest error was 0.107, the 99th percentile 0.105, the median 0.038; the
+    tolerance is 0.2, against 0.4 or more at the start. (From 256 rows the largest was 0.230:
+    the rows' own noise, not the fit's. Planted [1.8, 1.3] at every seed before, tolerance 0.3.
+    Without the clamp the head that wants 0.6 went to 0.80 at most over seeds 0-299: the clamp
+    test's 0.95 holds.)"""
     seed = SEED + case
-    target = [1.8, 1.3]
-    model, x, y = planted(seed, target)
-    lam, log = fit_head_scales(model, batches(x, y, 32, seed), torch.full((1, 2), 1.0), steps=150, lr=0.05,
-                               warmup=15, final_lr=0.005)
-    assert lam.shape == (1, 2), f"lam has shape {tuple(lam.shape)}: init's shape (1, 2) expected"
-    assert len(log) == 150, f"{len(log)} log rows for 150 steps: one a step"
-    assert torch.allclose(lam, torch.tensor([target]), atol=0.3), \
-        f"fitted {[round(v, 3) for v in lam.view(-1).tolist()]}, the planted lambdas are {target} (tolerance 0.3)"
+    target = planted_lambdas(seed)
+    model, x, y = planted(seed, target, n_rows=1024)
+    found = as_found(model)
+    lam, log = a_fit(fit_head_scales(model, batches(x, y, 32, seed), torch.full((1, 2), 1.0), steps=150, lr=0.05,
+                                      warmup=15, final_lr=0.005), (1, 2), 150)
+    left_as_found(model, found)
+    assert torch.allclose(lam, torch.tensor([target]), atol=0.2, rtol=0), \
+        f"fitted {[round(v, 3) for v in lam.view(-1).tolist()]}, the planted lambdas are {target} (tolerance 0.2)"
     with torch.no_grad():  # on every row: lower than at the start
         model.set_head_scales(lam)
         fitted = model(x, y)[1]
@@ -651,31 +808,40 @@ def test_T6_meets_the_edges_and_reads_batch_size_rows_at_a_time(observe, project
     """The same in every grading: contexts that are no multiple of 8 (20: stride 2, the last
     sub-window cut at T) and below 8 (5: stride max(1, 5 // 8) = 1), with and without the start
     token, float32 out, x and y left as they were; and sub-windows go batch_size rows at a time
-    (no tensor larger than the project's at the same batch_size)."""
+    (no tensor larger than the project's at the same batch_size), in a call that computes the
+    losses (a call that makes nothing has made no large tensor either)."""
     for bos in (False, True):
         model = make("nope", bos=bos, seed=5)
+        weights = weights_of(model)
         torch.manual_seed(6)
         x = torch.randint(0, V - 1, (2, 29))
         x[:, 0] = V - 1
         y = torch.roll(x, -1, 1)
         for W in (20, 5):
             got, ent = last_L_losses(model, x, y, W, batch_size=3, entropy=True)
+            kept_weights(model, weights, f"context {W} (bos={bos})")
             assert isinstance(got, torch.Tensor) and got.dtype == torch.float32 and got.shape == (2, 29), \
                 f"context {W}: per-token losses as a float32 (B, T) tensor, not {getattr(got, 'dtype', type(got))}"
             want, want_ent = fresh_reference(model, x, y, W, bos)
             bad = [i for i in range(29) if not torch.allclose(got[:, i], want[:, i], atol=1e-5)]
             assert not bad, (f"context {W} (bos={bos}, stride max(1, {W} // 8)): the losses at positions {bad[:4]} "
                              "differ from fresh passes over their sub-windows")
-            assert ent is not None and ent.dtype == torch.float32 and torch.allclose(ent, want_ent, atol=1e-4), \
+            assert ent is not None, f"context {W} (bos={bos}): with entropy=True the entropies come back too"
+            a_tensor(ent, want_ent.shape, torch.float32, f"context {W} (bos={bos}): the entropies")
+            assert torch.allclose(ent, want_ent, atol=1e-4), \
                 f"context {W} (bos={bos}): the entropies differ from the fresh passes' (float32, same places)"
             none = last_L_losses(model, x, y, W, batch_size=3)[1]
             assert none is None, "with entropy=False the second value is None"
     reference = project_version(last_L_losses) or last_L_losses
     _, allowed = observe(reference, model, x, y, 8, 1)
-    _, seen = observe(last_L_losses, model, x, y, 8, 1, bound=allowed["largest"])
+    (got, _), seen = observe(last_L_losses, model, x, y, 8, 1, bound=allowed["largest"])
+    kept_weights(model, weights, "with batch_size=1")
     assert seen["largest"] <= allowed["largest"], \
         (f"with batch_size=1 a float tensor of shape {tuple(seen['shape'])} was made, the project's largest has "
          f"{allowed['largest']} values: run the sub-windows batch_size rows at a time")
+    a_tensor(got, (2, 29), torch.float32, "with batch_size=1, the per-token losses")
+    assert torch.allclose(got, fresh_reference(model, x, y, 8, True)[0], atol=1e-5), \
+        "with batch_size=1 (context 8, bos=True) the losses differ from fresh passes over their sub-windows"
 
 
 def test_T6_last_L_losses_against_fresh_passes():
@@ -684,15 +850,17 @@ def test_T6_last_L_losses_against_fresh_passes():
     of their stride (with the start token: it, then the last W - 1 of them)."""
     for bos in (False, True):
         model = make("nope", bos=bos, seed=SEED + 3)
+        weights = weights_of(model)
         torch.manual_seed(SEED + 4)
         x = torch.randint(0, V - 1, (2, 45))
         x[:, 0] = V - 1
         y = torch.roll(x, -1, 1)
         W, s = 16, 2
         got, got_ent = last_L_losses(model, x, y, W, batch_size=3, entropy=True)
-        assert got.shape == (2, 45), f"per-token losses of shape {tuple(got.shape)}, not (B, T) = (2, 45)"
-        assert got_ent is not None and got_ent.shape == (2, 2, 4, 45), \
-            "with entropy=True the entropies (B, n_layer, n_head, T) = (2, 2, 4, 45) come back too"
+        kept_weights(model, weights, f"bos={bos}")  # the fresh passes below run on it
+        a_tensor(got, (2, 45), torch.float32, "the per-token losses (B, T)")
+        assert got_ent is not None, "with entropy=True the entropies (B, n_layer, n_head, T) come back too"
+        a_tensor(got_ent, (2, 2, 4, 45), torch.float32, "the entropies (B, n_layer, n_head, T)")
 
         def fresh(xs, ys):  # (B, W) losses and (B, n_layer, n_head, W) entropies of one fresh pass
             _, loss, ent = model(xs, ys, entropy=True, reduction="none")
@@ -721,27 +889,33 @@ def test_T6_last_L_losses_against_fresh_passes():
 
 def test_T6_context_limit_by_recomputation_reads_only_the_last_tokens():
     model = make("nope", seed=SEED)
+    weights = weights_of(model)
     torch.manual_seed(SEED + 3)
     windows = torch.randint(0, V, (3, 41))
     W = 16
     got = measure(model, windows, batch_size=2, context=W, entropy=True)
+    kept_weights(model, weights, "with a context limit")
     plain = measure(model, windows[:, :W + 1], batch_size=3, entropy=True)
     assert torch.allclose(torch.tensor(got["loss"][:W]), torch.tensor(plain["loss"]), atol=1e-5), \
         "with a context limit the first `context` positions must score as a plain pass"
     changed = windows.clone()  # a token far back cannot change the last position's loss
     changed[:, 5] = (changed[:, 5] + 1) % V
-    assert abs(measure(model, changed, 3, context=W)["loss"][39] - got["loss"][39]) < 1e-6, \
+    again = measure(model, changed, 3, context=W)["loss"][39]
+    kept_weights(model, weights, "with a context limit")
+    assert abs(again - got["loss"][39]) < 1e-6, \
         "a token 34 positions back changed the last position's loss: it must read only its last `context`"
 
 
 def test_T6_recomputed_sub_windows_begin_with_the_start_token():
     """A bos model limited to W positions reads [start token, last W - 1 tokens] at every query."""
     model = make("nope", bos=True, seed=SEED)
+    weights = weights_of(model)
     torch.manual_seed(SEED + 4)
     windows = torch.randint(0, V - 1, (2, 41))
     windows[:, 0] = V - 1
     W = 16
     got = measure(model, windows, batch_size=2, context=W)["loss"]
+    kept_weights(model, weights, "with a context limit")  # the fresh passes below run on it
     s = W // 8
     for pos in (20, 33, 39):  # 0-based positions past W
         end = W + ((pos - W) // s + 1) * s                       # exclusive end of its sub-window
@@ -749,6 +923,13 @@ def test_T6_recomputed_sub_windows_begin_with_the_start_token():
         ref = measure(model, sub, batch_size=2)["loss"]
         assert abs(got[pos] - ref[W - (end - pos)]) < 1e-5, \
             f"position {pos}: a start-token model's sub-window is [start token, the last W - 1 tokens]"
+
+
+def excess_table(got, name):
+    """got, checked to be {length: float} (Python ints and floats, as the results hold)."""
+    assert isinstance(got, dict) and all(type(n) is int and type(v) is float for n, v in got.items()), \
+        f"excess({name}) returns {{length: float}}: Python ints and floats, as the results hold"
+    return got
 
 
 def test_T6_excess_is_the_row_minus_its_own_reference_at_shared_lengths():
@@ -761,13 +942,11 @@ def test_T6_excess_is_the_row_minus_its_own_reference_at_shared_lengths():
                                        "rope": row("rope"), "rope_window_L": row("rope", 8)}}
     m = res["methods"]
     want = {n: m["nope"]["loss"][i] - m["nope_window_L"]["loss"][i] for i, n in enumerate((8, 16))}
-    got = excess(res, "nope")
+    got = excess_table(excess(res, "nope"), "nope")
     assert got == want, f"excess(nope) = {got}, want {want}: the row minus its reference, at the lengths both have"
     want = {n: a - b for n, a, b in zip((8, 16, 32), m["rope"]["loss"], m["rope_window_L"]["loss"])}
-    assert excess(res, "rope") == want, "excess(rope): rope minus rope_window_L at every length"
-    assert excess(res, "nope_window_L") == {}, "a reference has no excess of its own: {}"
-    assert all(type(n) is int and type(v) is float for n, v in got.items()), \
-        "excess returns {length: float}: Python ints and floats, as the results hold"
+    assert excess_table(excess(res, "rope"), "rope") == want, "excess(rope): rope minus rope_window_L at every length"
+    assert excess_table(excess(res, "nope_window_L"), "nope_window_L") == {}, "a reference has no excess of its own: {}"
 
 
 def test_T6_excess_finds_the_reference_by_reference_of_and_pairs_by_length():
@@ -783,6 +962,6 @@ def test_T6_excess_finds_the_reference_by_reference_of_and_pairs_by_length():
                                        "nope_headscale_4L": row((8, 16, 32), scales=[[1.3, 1.2]])}}
     hs, ref = res["methods"]["nope_headscale_4L"]["loss"], res["methods"]["nope_window_L"]["loss"]
     want = {8: hs[0] - ref[1], 32: hs[2] - ref[0]}
-    got = excess(res, "nope_headscale_4L")
+    got = excess_table(excess(res, "nope_headscale_4L"), "nope_headscale_4L")
     assert got == want, (f"excess(nope_headscale_4L) = {got}, want {want}: its reference is reference_of's "
                          "(nope_window_L), paired at each length both rows have")
