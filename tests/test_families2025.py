@@ -150,6 +150,18 @@ def test_fox_with_every_gate_open_is_plain_nope():
         assert not torch.allclose(closed(idx, idx)[0], nope(idx, idx)[0], atol=1e-3)
 
 
+@pytest.mark.parametrize("explicit", [False, True])
+def test_fox_window_with_the_start_token_reads_as_the_crop_would(explicit):
+    # one layer (each gate a function of its token alone): under a window of W the start token
+    # decays by the W - 1 tokens after it in the crop [start token, last W - 1 tokens]
+    model, idx, W = make("fox", n_layer=1), tokens(T=30), 6
+    with torch.no_grad():
+        windowed = model(idx, idx, window=W, entropy=explicit)[0]
+        crop = torch.cat([idx[:, :1], idx[:, -(W - 1):]], 1)
+        cropped = model(crop, crop, entropy=explicit)[0]
+    assert torch.allclose(windowed[:, -1], cropped[:, -1], atol=1e-5)
+
+
 def test_fox_gate_is_sigmoid_of_a_linear_map_of_the_layers_input():
     model, idx = make("fox", n_layer=1), tokens(B=1, T=9)
     attn = model.transformer.h[0].attn
