@@ -4,14 +4,14 @@ Measure checkpoints past their training length L: the study's one measurement, d
     python evaluate.py --ckpts=nope=out/nope/ckpt.pt,rope=out/rope/ckpt.pt --out_dir=out/eval
     python evaluate.py --ckpts=nope_window_L=out/nope/ckpt.pt --context=128 --out_dir=out/eval
 
-Each checkpoint at each length n, on the same fixed, seeded windows of the "eval" documents
-(which the scale search and train.py's monitor never read): loss, the mean over every position
-(nats per token); tail_loss, the paper's metric (the last L/8 tokens of each window); the loss
-per position and the attention entropy per (layer, head, position) from one pass at the longest
-length; a text sample. Rows merge into out_dir/results.json, each with its facts (facts) and
-its reference (reference_of); a row's excess over that reference is excess(), the share a remedy
-takes back taken_back(). Tables: study/tables.py; figures: study/plot.py, from the files alone.
-train.py's monitor and search_scales.py's grid call the same measure().
+Each checkpoint at each length n, on the same fixed, seeded windows of the "eval" documents (which
+the scale search and train.py's monitor never read): loss, the mean over every position (nats per
+token); tail_loss, the paper's metric (the last L/8 tokens of each window); the loss per position,
+the attention entropy per (layer, head, position) and the sink share from one pass at the longest
+length; a text sample. Rows merge into out_dir/results.json, each with its facts (facts) and its
+reference (reference_of); a row's excess over that reference is excess(), the share a remedy takes
+back taken_back(). Tables: study/tables.py; figures: study/plot.py, from the files alone. train.py's
+monitor and search_scales.py's grid call the same measure().
 """
 
 import contextlib
