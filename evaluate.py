@@ -4,14 +4,14 @@ Measure checkpoints past their training length L: the study's one measurement, d
     python evaluate.py --ckpts=nope=out/nope/ckpt.pt,rope=out/rope/ckpt.pt --out_dir=out/eval
     python evaluate.py --ckpts=nope_window_L=out/nope/ckpt.pt --context=128 --out_dir=out/eval
 
-Each checkpoint at each length n, on the same fixed, seeded windows of the "eval" documents
-(which the scale search and train.py's monitor never read): loss, the mean over every position
-(nats per token); tail_loss, the paper's metric (the last L/8 tokens of each window); the loss
-per position and the attention entropy per (layer, head, position) from one pass at the longest
-length; a text sample. Rows merge into out_dir/results.json, each with its facts (facts) and
-its reference (reference_of); a row's excess over that reference is excess(), the share a remedy
-takes back taken_back(). Tables: study/tables.py; figures: study/plot.py, from the files alone.
-train.py's monitor and search_scales.py's grid call the same measure().
+Each checkpoint at each length n, on the same fixed, seeded windows of the "eval" documents (which
+the scale search and train.py's monitor never read): loss, the mean over every position (nats per
+token); tail_loss, the paper's metric (the last L/8 tokens of each window); the loss per position,
+the attention entropy per (layer, head, position) and the sink share from one pass at the longest
+length; a text sample. Rows merge into out_dir/results.json, each with its facts (facts) and its
+reference (reference_of); a row's excess over that reference is excess(), the share a remedy takes
+back taken_back(). Tables: study/tables.py; figures: study/plot.py, from the files alone. train.py's
+monitor and search_scales.py's grid call the same measure().
 """
 
 import contextlib
@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-import families  # noqa: F401  (registers the families past the paper: their checkpoints load)
 from common import (UserError, autocast, binned, default_tail, length_list, parse_ckpts,
                     parse_config, pick_device, pick_dtype, read_json, run_main, write_json)
 from data import Dataset
-from families import arch_of
+from families import arch_of, first_key_probe, sink_facts, split_probe  # (registers families)
 from model import GPTConfig, load_checkpoint
 
 # What a measurement means, bumped when it changes: results of another are never merged, and
@@ -52,6 +51,7 @@ class EvalConfig:
     entropy: bool = True                # attention entropy at the longest length
     entropy_rows: list[str] = field(  # with entropy: only these of --ckpts' names ('' = all)
         default_factory=list)
+    sink_share: bool = True             # with the entropy: each query's attention to key 0
     bin: int = 0                        # position bin width for curves (0 = L/16)
     samples: bool = True                # generate a text sample per model from a 3L-token prompt
     sample_tokens: int = 200            # tokens generated per sample
@@ -128,39 +128,40 @@ def last_L_losses(model, x, y, context, batch_size, ctx=contextlib.nullcontext()
 
 @torch.no_grad()
 def measure(model, windows, batch_size, ctx=contextlib.nullcontext(), context=None,
-            context_mode="recompute", entropy=False, chunk=256):
-    """Run model over windows (k, n+1) tokens: inputs are the first n, targets the last n.
-    context: each token reads at most its last `context` positions (with the start token:
-    the token and the last context - 1 positions), by recomputation over
-    sub-windows (context_mode="recompute", exact: the model sees only those tokens) or by a
-    sliding-window attention mask in every layer ("mask": through the layers information
-    still flows from further back; a model trained with the start token keeps it visible).
-    Sums are kept in float32 on the model's device (Apple's MPS has no float64).
-    Returns {'loss': (n,) mean loss per position in nats, 'tokens': k * n,
-             'entropy': (n_layer, n_head, n) mean attention entropy in bits, or None}.
-    Uses the fused SDPA path unless entropy is asked for."""
+            context_mode="recompute", entropy=False, chunk=256, sink_share=False):
+    """Run model over windows (k, n+1) tokens: inputs are the first n, targets the last n. context:
+    each token reads at most its last `context` positions (with the start token: the token and the
+    last context - 1 positions), by recomputation over sub-windows (context_mode="recompute", exact:
+    the model sees only those tokens) or by a sliding-window attention mask in every layer ("mask":
+    through the layers information still flows from further back; a model trained with the start
+    token keeps it visible). Sums are kept in float32 on the model's device (Apple's MPS has no
+    float64). Returns {'loss': (n,) mean loss per position in nats, 'tokens': k * n, 'entropy':
+    (n_layer, n_head, n) mean attention entropy in bits; 'first_key', 'kept': with sink_share
+    (n_layer, n), the attention to key 0 and the mass kept, means over heads
+    (families.first_key_probe); each None when not measured}. SDPA unless entropy is asked for."""
     model.eval()
     device = next(model.parameters()).device
     k, n = windows.size(0), windows.size(1) - 1
     loss_sum = torch.zeros(n, device=device)  # float32
     ent_sum = None
-    for b in range(0, k, batch_size):
-        xy = windows[b:b + batch_size].to(device)
-        x, y = xy[:, :-1], xy[:, 1:]
-        if context and context < n and context_mode == "recompute":
-            loss, ent = last_L_losses(model, x, y, context, batch_size, ctx, entropy, chunk)
-        else:
-            mask_window = context if context_mode == "mask" else None
-            loss, ent = _losses(model, x, y, ctx, mask_window, entropy, chunk)
-        loss_sum += loss.sum(0)                                    # (n,)
-        if entropy:
-            e = ent.float().sum(0)                                 # (n_layer, n_head, n)
-            ent_sum = e if ent_sum is None else ent_sum + e
-    out = {"loss": (loss_sum / k).cpu().numpy().astype("float64"), "tokens": k * n, "windows": k,
-           "entropy": None}
-    if entropy:
-        out["entropy"] = (ent_sum / k).cpu().numpy().astype("float64")
-    return out
+    probe = entropy and sink_share  # its curves ride on the entropy, after the heads
+    with first_key_probe(model) if probe else contextlib.nullcontext():
+        for b in range(0, k, batch_size):
+            xy = windows[b:b + batch_size].to(device)
+            x, y = xy[:, :-1], xy[:, 1:]
+            if context and context < n and context_mode == "recompute":
+                loss, ent = last_L_losses(model, x, y, context, batch_size, ctx, entropy, chunk)
+            else:
+                mask_window = context if context_mode == "mask" else None
+                loss, ent = _losses(model, x, y, ctx, mask_window, entropy, chunk)
+            loss_sum += loss.sum(0)                                # (n,)
+            if entropy:
+                e = ent.float().sum(0)                             # (n_layer, 3 n_head | n_head, n)
+                ent_sum = e if ent_sum is None else ent_sum + e
+    ent = None if ent_sum is None else (ent_sum / k).cpu().numpy().astype("float64")
+    ent, first_key, kept = split_probe(ent, model.config.n_head) if probe else (ent, None, None)
+    return {"loss": (loss_sum / k).cpu().numpy().astype("float64"), "tokens": k * n, "windows": k,
+            "entropy": ent, "first_key": first_key, "kept": kept}
 
 
 # -----------------------------------------------------------------------------
@@ -216,10 +217,9 @@ def evaluate_model(name, model, ckpt, ds, cfg, L, ctx, dtype):
         t0 = time.time()
         factors.append(set_length(model, cfg, n, L))
         windows = ds.windows(n, cfg.windows, seed=cfg.seed, subset="eval")
-        longest = n == lengths[-1]
-        # the longest length also gives the per-position curve and the attention entropy
-        with_entropy = cfg.entropy and longest and name in (cfg.entropy_rows or [name])
-        m = measure(model, windows, cfg.batch_size, ctx, context=window,
+        # the longest length also gives the per-position curve, the entropy and the sink share
+        with_entropy = cfg.entropy and n == lengths[-1] and name in (cfg.entropy_rows or [name])
+        m = measure(model, windows, cfg.batch_size, ctx, context=window, sink_share=cfg.sink_share,
                     context_mode=cfg.context_mode, entropy=with_entropy, chunk=cfg.chunk)
         res["lengths"].append(n)
         res["loss"].append(round(float(m["loss"].mean()), 5))
@@ -234,6 +234,7 @@ def evaluate_model(name, model, ckpt, ds, cfg, L, ctx, dtype):
               flush=True)
     if cfg.rope_scaling:
         res["scales"] = factors  # the extension factor at each length
+    res |= sink_facts(m["first_key"], m["kept"], L, model)  # with the entropy, else None
     centers, values = binned(m["loss"], width)
     positions = {"length": lengths[-1], "bin": width, "windows": m["windows"],
                  "positions": centers.tolist(), "loss": np.round(values, 5).tolist(),
@@ -254,9 +255,8 @@ def sample(model, ds, cfg, L, device):
     """Continue a 3L-token validation prompt, so the model writes well past L."""
     set_length(model, cfg, 4 * L, L)  # a zero-shot RoPE row: its factor at 4L
     prompt = ds.windows(3 * L, 1, seed=cfg.seed + 2, subset="eval")[:, :3 * L].to(device)
-    g = torch.Generator(device=device).manual_seed(cfg.seed)
     out = model.generate(prompt, cfg.sample_tokens, temperature=0.8, window=cfg.context or None,
-                         generator=g)
+                         generator=torch.Generator(device=device).manual_seed(cfg.seed))
     return {"prompt_tail": ds.decode(prompt[0, -200:].tolist()),
             "continuation": ds.decode(out[0, 3 * L:].tolist())}
 

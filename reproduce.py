@@ -40,6 +40,10 @@ same settings (rerun after an interruption and nothing finished is lost; --force
      ALiBi (alibi; UniformScale's grid on it) and NoPE with Scalable-Softmax (nope_ssmax;
      the uniform lambda and HeadScale on it, its learned s kept), each with its last-L
      reference and, with --passkey, taught retrieval and scored (docs/beyond.md)
+  5e. with --beyond2025: 2025's answers, trained as NoPE is (only --family differs): FoX's forget
+     gate (fox), the head-wise output gate (nope_gated) and a learned sink (nope_sink), each with
+     the uniform lambda and HeadScale at 4L, its last-L reference, the attention entropy and the
+     sink share on every row, and with --passkey taught retrieval and scored (docs/beyond2025.md)
   6. write out_dir/report.md: the table, the fitted lambda(i), the passkey table, the plots
 A stage's stamp records its command and the measurement protocol (evaluate.PROTOCOL), so a study
 finished before the protocol changed is rerun, not reported as new.
@@ -60,6 +64,7 @@ from common import (ROOT, UserError, atomic_write_text, format_seconds, length_n
 from data import Dataset, dataset_dir
 from model import GPT, GPTConfig
 from study import findings
+from study.beyond import FAMILIES_2025
 from study.bench import flops_per_token, matmul_rate
 from study.plot import ENTROPY_ROWS
 from study.stages import Stages, resume_or_restart, run_script
@@ -129,6 +134,9 @@ class StudyConfig:
     # beyond the paper (stage 5d, docs/beyond.md): ALiBi and Scalable-Softmax trained beside NoPE
     beyond: bool = False                # add alibi, nope_ssmax, their remedies at
                                         # ablation_length and their last-L references
+    # 2025's answers (stage 5e, docs/beyond2025.md): a forget gate, an output gate, a learned sink
+    beyond2025: bool = False            # add fox, nope_gated, nope_sink, their uniform lambda and
+                                        # HeadScale at ablation_length and last-L references
 
 
 def entropy_args(rows):
@@ -185,6 +193,8 @@ def main():
         modern_rows(study)          # 5c. NoPE as production models use it since the paper
     if cfg.beyond:
         beyond_rows(study)          # 5d. ALiBi and Scalable-Softmax trained beside NoPE
+    if cfg.beyond2025:
+        beyond2025_rows(study)      # 5e. FoX, the output gate and a learned sink beside NoPE
     # 6. the tables and figures, from the saved files (cheap: always redrawn), and the report
     write_all(study.ev)
     plot = ["study/plot.py", f"--study={study.out}"]
@@ -612,6 +622,51 @@ def beyond_passkey(study, names):
         [join(pk, "passkey.json")])
 
 
+def beyond2025_rows(study):
+    """FoX (NoPE with the forget gate), NoPE with the head-wise output gate and NoPE with a learned
+    sink, trained from scratch as NoPE is: the same text, recipe, steps and seed, only --family
+    differs. On each, the uniform lambda's grid and HeadScale at ablation_length: lambda scales
+    q.k alone, FoX's decay, the gate and the sink logit stay as trained (families.py). Each
+    model's reference is itself reading its last L. Every row, the references too, measures the
+    attention entropy and the sink share at the longest length."""
+    cfg, ab, join = study.cfg, study.ab, os.path.join
+    rows, refs = [], []
+    for name in FAMILIES_2025:
+        run_dir = study.path(name)
+        study.train(f"train_{name}", ["--bos=true", f"--family={name}", f"--out_dir={run_dir}",
+                                      *study.overrides],
+                    [join(run_dir, "summary.json")], resume_dir=run_dir)
+        sc = study.path(f"scales_{name}")
+        study.stages.run(f"search_{name}", [
+            "search_scales.py", f"--ckpt={study.ckpt(name)}", f"--out_dir={sc}",
+            f"--preset={cfg.preset}", f"--lengths={cfg.ablation_length:g}",
+            f"--fit_lengths={cfg.ablation_length:g}"]
+            + ([f"--steps={cfg.fit_steps}"] if cfg.fit_steps else [])
+            + ([f"--windows={cfg.windows}"] if cfg.windows else []),
+            [join(sc, f"uniform_grid_{ab}.pt"), join(sc, f"head_{ab}.pt")])
+        rows += [f"{name}={study.ckpt(name)}",
+                 f"{name}_uniform_{ab}={join(sc, f'uniform_grid_{ab}.pt')}",
+                 f"{name}_headscale_{ab}={join(sc, f'head_{ab}.pt')}"]
+        refs.append(f"{name}_window_L={study.ckpt(name)}")
+    results = [join(study.ev, "results.json")]  # entropy (and sink share) on every row
+    study.stages.run("evaluate_beyond2025", ["evaluate.py", f"--ckpts={','.join(rows)}",
+                                             "--samples=false", *study.evaluate], results)
+    study.stages.run("evaluate_beyond2025_window", ["evaluate.py", f"--ckpts={','.join(refs)}",
+                                                    f"--context={study.L}", "--samples=false",
+                                                    *study.evaluate], results)
+    if cfg.passkey and study.L >= Dataset(cfg.dataset, bos=True).passkey().shortest():
+        pk = study.path("passkey")  # (passkey_rows said why not, where L is too short)
+        for name in FAMILIES_2025:
+            passkey_finetune(study, name)
+        taught = [f"{n}={join(pk, n, 'ckpt.pt')}" for n in FAMILIES_2025]
+        study.stages.run("passkey_eval_beyond2025", [
+            "study/passkey.py", f"--ckpts={','.join(taught)}",
+            f"--out_dir={pk}", f"--lengths={lengths(cfg.passkey_lengths)}",
+            f"--keys={cfg.passkey_keys}", f"--avg_up_to={max(cfg.passkey_lengths):g}",
+            "--plots=false"],  # step 6 draws them
+            [join(pk, "passkey.json")])
+
+
 def write_report(cfg, out, L, times, wall):
     """out_dir/report.md, printed too: the study's results read back from its files, one section
     after the other."""
@@ -627,6 +682,7 @@ def write_report(cfg, out, L, times, wall):
     lines += slopes_section(cfg, scales)
     lines += passkey_section(cfg, out)
     lines += beyond_section(cfg, out)
+    lines += beyond2025_section(cfg, out)
     lines += findings_section(out)
     lines += ["", "Plots: " + ", ".join(f"[{p}](eval/{p})" for p in sorted(os.listdir(ev))
                                         if p.endswith(".png")),
@@ -777,6 +833,16 @@ def beyond_section(cfg, out):
     return ["", "**ALiBi and Scalable-Softmax beside NoPE** "
             f"(`python study/beyond.py {os.path.relpath(out, ROOT)}`; docs/beyond.md)", "",
             proc.stdout.strip() or proc.stderr.strip()]
+
+
+def beyond2025_section(cfg, out):
+    """study/beyond.py --rows=2025's tables of FoX, the output gate and the sink beside NoPE."""
+    if not cfg.beyond2025:
+        return []
+    proc = run_script(["study/beyond.py", "--rows=2025", out], capture=True)
+    return ["", "**FoX, the output gate and a learned sink beside NoPE** "
+            f"(`python study/beyond.py --rows=2025 {os.path.relpath(out, ROOT)}`; "
+            "docs/beyond2025.md)", "", proc.stdout.strip() or proc.stderr.strip()]
 
 
 def findings_section(out):

@@ -14,6 +14,8 @@ Measures, on random tokens (no dataset needed):
   - one point of the uniform lambda grid (the search's windows at 4L, forward only)
   - evaluation tokens/s and peak memory at L, 4L, 16L, with and without attention entropy,
     each in a fresh process so its peak memory is its own
+  - the families past the paper (--families, 2025's three by default): training and evaluation
+    tokens/s of each against the paper's NoPE of the same shapes, one after the other
 Prints a table and writes out_dir/bench.json. Timings move ~15% between identical runs on a
 shared machine: compare numbers from one run.
 """
@@ -34,7 +36,7 @@ if not __package__:  # run as a script, not imported: the repository's modules f
 from common import (UserError, autocast, grad_scaler, length_list, load_preset, parse_config,
                     pick_device, pick_dtype, run_main, write_json)
 from evaluate import measure
-from model import GPT, GPTConfig
+from model import FAMILIES, GPT, GPTConfig, make_config
 from search_scales import SearchConfig
 
 
@@ -56,6 +58,8 @@ class BenchConfig:
     dtype: str = "auto"                 # auto | float32 | bfloat16 | float16
                                         # (auto on CUDA: bf16 where native, else fp16)
     compile: bool = False               # torch.compile the training step
+    families: list[str] = field(        # families.py's, timed against NoPE ('' = none)
+        default_factory=lambda: ["fox", "nope_gated", "nope_sink"])
 
 
 def sync(device):
@@ -176,6 +180,31 @@ def flops_per_token(model, T):
     return 6 * model.get_num_params() + 6 * model.config.n_layer * T * model.config.n_embd
 
 
+def family_rates(mcfg, names, B, steps, device, ctx, scaler, compile_=False):
+    """Each family's training tokens/s at (B, L) and evaluation tokens/s at 4L (forward, SDPA,
+    B windows) against the paper's NoPE of the same shapes ("nope", first): {name: {...,
+    "train_vs_nope", "eval_vs_nope"}}. A family's own position encoding (ALiBi's) is its
+    Config's default; every other setting is mcfg's."""
+    L, out = mcfg.block_size, {}
+    for name in ("", *names):
+        if name not in FAMILIES:
+            raise UserError(f"--families names {name!r}, not a family (families.py registers "
+                            f"{', '.join(sorted(FAMILIES)[1:])})")
+        torch.manual_seed(0)
+        model = GPT(make_config(**vars(mcfg) | {
+            "family": name, "pos_encoding": FAMILIES[name].Config.pos_encoding})).to(device)
+        run = torch.compile(model) if compile_ else model
+        train = train_step_time(run, B, L, device, ctx, scaler, steps, list(model.parameters()))
+        x = torch.randint(0, mcfg.vocab_size, (B, 4 * L + 1))
+        ev = timed(lambda: measure(model, x, B, ctx), device, reps=1, warmup=1)
+        out[name or "nope"] = {"train_tokens_per_s": B * L / train,
+                               "eval_tokens_per_s_4L": B * 4 * L / ev}
+    for r in out.values():
+        r["train_vs_nope"] = r["train_tokens_per_s"] / out["nope"]["train_tokens_per_s"]
+        r["eval_vs_nope"] = r["eval_tokens_per_s_4L"] / out["nope"]["eval_tokens_per_s_4L"]
+    return out
+
+
 def main():
     cfg = parse_config(BenchConfig, section="bench", description=__doc__)
     device = pick_device(cfg.device)
@@ -266,6 +295,14 @@ def main():
                   + (f"+{r['peak_extra_mb']:.0f} MB" if r["peak_extra_mb"] is not None
                      else "not measured here")
                   + f" ({cfg.eval_windows} windows, batch {cfg.eval_batch})")
+    # the families past the paper against NoPE, each a training step and a 4L forward pass
+    if cfg.families:
+        res["families"] = family_rates(mcfg, cfg.families, B, max(2, cfg.steps // 2), device,
+                                       ctx, scaler, cfg.compile)
+        for name, r in res["families"].items():
+            print(f"family {name:>12}: train {r['train_tokens_per_s'] / 1e3:.1f}k tok/s "
+                  f"({100 * r['train_vs_nope']:.0f}% of NoPE's), eval at 4L "
+                  f"{r['eval_tokens_per_s_4L'] / 1e3:.1f}k tok/s ({100 * r['eval_vs_nope']:.0f}%)")
     os.makedirs(cfg.out_dir, exist_ok=True)
     path = os.path.join(cfg.out_dir, f"bench_{cfg.preset}_{device.split(':')[0]}.json")
     write_json(path, res)

@@ -47,6 +47,7 @@ def write_tables(out, results):
             cells = [f"{ex[n]:+.3f}" if n in ex else "" for n in lengths]
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines.append("")
+    lines += sink_share_table(results)
     for name, m in results["methods"].items():
         for i, n in enumerate(m["lengths"]):
             rows.append([name, n, "mean", m["loss"][i], round(math.exp(m["loss"][i]), 4),
@@ -58,6 +59,31 @@ def write_tables(out, results):
     table = "\n".join(lines)
     atomic_write_text(os.path.join(out, "table.md"), table)
     return table
+
+
+def sink_share_table(results):
+    """The sink share of the rows that measured it (evaluate.py, with the entropy): the attention
+    each query gives key 0 (the start token; in a last-L reference, each sub-window's), averaged
+    over heads and over the query positions 1..n-1 of windows of n tokens, per layer and its mean
+    over layers; beside it, for a learned sink, the mass of its column (not added to the first).
+    No rows, no table (a list of lines)."""
+    L = results["train_len"]
+    rows = [(name, m) for name, m in results["methods"].items() if m.get("sink_share")]
+    if not rows:
+        return []
+    lines = ["**Sink share**: the attention each query gives key 0 (the start token; a last-L "
+             "reference's: each sub-window's), mean over heads and query positions 1..n-1, per "
+             f"layer and the mean over layers; a learned sink's column beside it, L = {L}", "",
+             "| method | n | sink share | per layer | sink column | per layer |",
+             "|---|---:|---:|---|---:|---|"]
+    for name, m in rows:
+        for n, share in m["sink_share"].items():
+            column = (m.get("sink_column") or {}).get(n)
+            cells = [f"{sum(share) / len(share):.3f}", " / ".join(f"{x:.3f}" for x in share)]
+            cells += ([f"{sum(column) / len(column):.3f}", " / ".join(f"{x:.3f}" for x in column)]
+                      if column else ["", ""])
+            lines.append(f"| {name} | {length_name(int(n) / L)} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def write_samples(out, samples):
