@@ -6,6 +6,7 @@ and below reproduce.py and the classroom kit.
     plot.py       every figure, drawn from saved files alone
     passkey.py    passkey retrieval: accuracy over length x depth
     beyond.py     the tables of ALiBi and Scalable-Softmax beside NoPE, over seeds
+                  (--rows=2025: FoX, the output gate, a learned sink)
     sweep.py      recipe screens and multi-seed studies
     bench.py      speed and memory of every stage against the device's matmul rate
     overlap.py    how much text the scale search's windows share with the evaluation's,
