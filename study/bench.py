@@ -14,7 +14,7 @@ Measures, on random tokens (no dataset needed):
   - one point of the uniform lambda grid (the search's windows at 4L, forward only)
   - evaluation tokens/s and peak memory at L, 4L, 16L, with and without attention entropy,
     each in a fresh process so its peak memory is its own
-  - the families past the paper (--families, 2025's three by default): training and evaluation
+  - the families past the paper (--families=fox,nope_gated,nope_sink): training and evaluation
     tokens/s of each against the paper's NoPE of the same shapes, one after the other
 Prints a table and writes out_dir/bench.json. Timings move ~15% between identical runs on a
 shared machine: compare numbers from one run.
@@ -58,8 +58,8 @@ class BenchConfig:
     dtype: str = "auto"                 # auto | float32 | bfloat16 | float16
                                         # (auto on CUDA: bf16 where native, else fp16)
     compile: bool = False               # torch.compile the training step
-    families: list[str] = field(        # families.py's, timed against NoPE ('' = none)
-        default_factory=lambda: ["fox", "nope_gated", "nope_sink"])
+    families: list[str] = field(        # families.py's, timed against NoPE (none by default:
+        default_factory=list)           # gpu_check's bench runs stay as they were)
 
 
 def sync(device):
