@@ -9,8 +9,9 @@ checked by the project's own tests, where the student's code cannot reach the ve
                    bounded; any error reading, parsing or normalising a file is a 0 for its
                    tasks, with the reason
     per task       the submitted functions are taken by `ast` (a decorator, another def line or
-                   a helper outside the function is refused) into a fresh copy of the snapshot
-                   without its tests, docs and classroom files: the worker's copy. The judge
+                   a helper outside the function is refused) into the worker's copy: the
+                   modules the graded functions import (an allow-list), every other task's
+                   function blank but those the task uses (worker_copy). The judge
                    (classroom/judge.py) runs the task's tests from the snapshot, each graded
                    function a stand-in that calls the student's in the worker, inside the
                    sandbox and its bounds (classroom/sandbox.py)
@@ -407,6 +408,10 @@ class Grader:
             )
             if c.get("machine") and tid not in machine:
                 machine[tid] = plain(c["why"])
+        for tid, cs in checks.items():  # a task the student already failed is theirs: a 0
+            if any(not c["ok"] and not got["checks"].get(c["name"], {}).get("machine", True)
+                   for c in cs):
+                machine.pop(tid, None)
         for tid, used in got.get("usage", {}).items():
             for c in checks.get(tid, []):
                 c["usage"] = plain(used)

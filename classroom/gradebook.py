@@ -255,10 +255,12 @@ def feedback_text(student, results, where=""):
     lines = [f"# {plain(student, NAME_CHARS)}", ""]
     if where:
         lines += [where, ""]
-    total = sum(r["score"] for r in results)
-    lines += [f"**{total:g}/{sum(r['max_score'] for r in results)}**", ""]
+    graded = [r for r in results if not r.get("machine")]  # NOT GRADED: in no total
+    total = sum(r["score"] for r in graded)
+    lines += [f"**{total:g}/{sum(r['max_score'] for r in graded)}**", ""]
     for r in results:
-        lines += [f"## {r['id']} {r['title']}: {r['score']:g}/{r['max_score']}", "", "```",
+        score = "NOT GRADED" if r.get("machine") else f"{r['score']:g}/{r['max_score']}"
+        lines += [f"## {r['id']} {r['title']}: {score}", "", "```",
                   student_output(r), "```", ""]
     return "\n".join(lines)
 

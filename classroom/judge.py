@@ -7,14 +7,17 @@ grader reads. classroom/grade.py starts it once a submission, as
         -p classroom.judge
 
 spec.json: {"sandbox": METHOD, "limits": [the sandbox.Limits fields], "slot": n, "results":
-where to write, "copies": a folder holding one copy of the project a task (T1/, T3/ ...), "log":
-the worker's output, "tasks": {"T1": {"functions": ["model.py:query_scale"], "seed": n,
-"limit_s": s, "stubs": {function: its message}}, ...}}. No line of the student's runs in this
-process: one worker process, inside the sandbox, forks a process for each task in that task's
-copy (remote.Server), started when the task's first check runs and ended when its last has run,
-and only data comes back from it. A function that is still its blank stub (its body one raise
-of NotImplementedError) is not run: its stand-in raises that error here. What the worker prints
-is kept up to Limits.log_kb in its log, and the rest cut (said at the end).
+where to write, "copies": the folder the worker sees (_worker/, the copy it starts in, and the
+running task's copy, T3/ ...), "staged": where each task's copy waits out of its sight, "log":
+the worker's output, "judge_mb": its own data bound, "first_only": the key's short form (one
+check a task), "tasks": {"T1": {"functions": ["model.py:query_scale"], "seed": n, "limit_s": CPU
+seconds, "backstop_s": seconds waited, "stubs": {function: its message}}, ...}}. No line of the
+student's runs in this process: one worker process, inside the sandbox, forks a process for each
+task in that task's copy (remote.Server), started when the task's first check runs and ended
+when its last has run, and only data comes back from it. A function that is still its blank stub
+(its body one raise of NotImplementedError) is not run: its stand-in raises that error here.
+What the worker prints is kept up to Limits.log_kb in its log, and the rest cut (said at the
+end).
 
 Before each check the judge puts the stand-ins of that check's task in place (and the
 project's own functions for every other task: a wrong T1 cannot sink T5) and sets the tests'
@@ -266,9 +269,12 @@ def pytest_runtest_makereport(item, call):
                 "why": "" if report.passed else why(report, call),
                 "seconds": round(report.duration, 2),
                 "hidden": item.name in State.hidden,
-                # the grader's own failures are the machine's: the task is graded again
-                "machine": not report.passed and (getattr(exc, "machine", False)
-                                                   or isinstance(exc, MemoryError)),
+                # the grader's own failures are the machine's: the task is graded again (a
+                # test's set-up, the judge's memory bound, a failed allocation of PyTorch's)
+                "machine": not report.passed and (
+                    getattr(exc, "machine", False) or report.when == "setup"
+                    or isinstance(exc, MemoryError)
+                    or (isinstance(exc, RuntimeError) and "DefaultCPUAllocator" in str(exc))),
             }
 
 

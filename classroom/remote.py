@@ -258,8 +258,17 @@ class Pool:
         if self.proc is None or self.proc.poll() is not None:
             self.kill()
             self.proc, rfd, self.wfd, self.ended = self.start()
-            self.reader = Reader(rfd)
+            self.reader, self.ready = Reader(rfd), False
         return self
+
+    def wait_ready(self, deadline):
+        """Wait for the worker's "ready" (PyTorch imported), so that what a task is charged
+        starts after the import."""
+        if not self.ready:
+            kind, _ = receive(self.reader, deadline)
+            if kind != "ready":
+                raise WireError(f"a worker that began with {plain(kind, 40)!r}")
+            self.ready = True
 
     def release(self, deadline):
         """End the task's process; keep the worker if it answers in time, else kill it."""
@@ -329,14 +338,23 @@ class Link:
         self.ooms = None  # the host's out-of-memory kills when the task began (oom_kills)
         self.read_at = 0.0
 
-    def usage(self):
-        """What the student's processes used of the task's bounds, in words."""
+    def usage(self, waited=None):
+        """What the student's processes used of the task's bounds, in words (waited: the
+        seconds waited so far, the call under way included)."""
+        waited = self.waited if waited is None else waited
         return (f"{self.cpu:.1f} of {self.limit_s} s CPU, {self.peak / 2**20:.0f} of "
-                f"{self.memory_mb} MB, {self.waited:.0f} of {self.backstop_s} s waited")
+                f"{self.memory_mb} MB, {waited:.0f} of {self.backstop_s} s waited")
 
     def _open(self):
         w = self.pool.acquire()
         self.reader, self.wfd, self.ended = w.reader, w.wfd, w.ended
+        try:
+            w.wait_ready(time.monotonic() + self.backstop_s)
+        except (OSError, EOFError, TimeoutError, WireError, ValueError, TypeError):
+            w.kill()
+            self._fail(MachineError(f"the worker did not start: {self.ended(None)}; the "
+                                    "machine's failure (or the grader's settings): the task "
+                                    "will be graded again"))
         if self.base is None:
             from classroom.sandbox import tree_usage  # the teacher's: not in a student copy
 
@@ -372,16 +390,15 @@ class Link:
         self.read_at = time.monotonic()
         if self.cpu > self.limit_s:
             return StudentError(f"past its CPU limit of {self.limit_s} s (its processes used "
-                                f"{self.usage()}): the worker was stopped")
+                                f"{self.usage(waited)}): the worker was stopped")
         if self.peak > self.memory_mb << 20:
             return StudentError(f"past its memory bound of {self.memory_mb} MB, private and "
-                                f"shared (its processes used {self.usage()}): the worker was "
-                                "stopped")
+                                f"shared (its processes used {self.usage(waited)}): the worker "
+                                "was stopped")
         if waited > self.backstop_s:
             return MachineError(f"the machine's failure, not yours: {self.backstop_s} s waited "
-                                f"with CPU time to spare ({self.usage()}), so the host was "
-                                "loaded: the worker was stopped and the task will be graded "
-                                "again")
+                                f"with CPU time to spare ({self.usage(waited)}): the worker was "
+                                "stopped and the task will be graded again")
         return None
 
     def _watch(self, done, since):
@@ -421,8 +438,15 @@ class Link:
         watch = threading.Thread(target=self._watch, args=(done, since), daemon=True)
         watch.start()
         try:
-            kind, value, after, seen = self._exchange(
-                request, refs, pending, since + self.backstop_s - self.waited + 30)
+            try:
+                kind, value, after, seen = self._exchange(
+                    request, refs, pending, since + self.backstop_s - self.waited + 30)
+            finally:  # the watchdog stopped before anything else looks at the worker
+                done.set()
+                watch.join()
+                self.waited += time.monotonic() - since
+            if self.ended_by:  # a bound ended the worker as the answer came: the bound wins
+                raise EOFError
         except TimeoutError:  # the watchdog did not end it: the last resort, the machine's
             self._fail(self.ended_by or MachineError(
                 f"the machine's failure, not yours: no answer in {self.backstop_s} s "
@@ -436,10 +460,6 @@ class Link:
             raise type(self.dead)(str(self.dead)) from None
         except (WireError, ValueError, RuntimeError, KeyError, TypeError, IndexError) as e:
             self._fail(f"the worker sent something the grader does not take: {plain(e)}")
-        finally:
-            done.set()
-            watch.join()
-            self.waited += time.monotonic() - since
         if time.monotonic() - self.read_at > 1:  # short calls: the bounds read once a second
             error = self.bound_reached(self.waited)
             if error is not None:
@@ -463,6 +483,8 @@ class Link:
         SIGKILL the grader did not send is the machine's when the host's out-of-memory killer
         struck meanwhile (Linux counts its kills), else the student's code's own."""
         text = self.ended(code)
+        if code is not None and code > 128:  # bwrap reports its child's signal N as 128 + N
+            code = 128 - code
         if code == -9 and oom_kills() != self.ooms:
             return MachineError(f"{text} by the host's out-of-memory killer, not by a bound of "
                                 f"the grader's ({self.usage()}): the task will be graded again")
@@ -625,6 +647,7 @@ class Server:
         from classroom.sandbox import become_subreaper, kill_below  # not in a student copy
 
         become_subreaper()
+        send(self.wfd, ("ready", None))  # PyTorch imported: a task's use is counted from here
         while True:
             try:
                 kind, tid = self.next_command()
@@ -650,13 +673,26 @@ class Server:
 
 
 def empty(folder):
-    """Remove what is in folder (the worker's temporary folder, between tasks)."""
+    """Remove what is in folder (the worker's temporary folder, between tasks), but the
+    folders mounted there (a Python installed under /tmp is bound in). Folders a task made
+    unwritable are opened first; whatever still cannot go ends the worker (SystemExit), so the
+    next task starts in a fresh one with a fresh /tmp."""
+    left = []
     for entry in os.scandir(folder):
+        if os.path.ismount(entry.path):
+            continue
         with contextlib.suppress(OSError):
             if entry.is_dir(follow_symlinks=False):
+                for dirpath, _, _ in os.walk(entry.path):
+                    with contextlib.suppress(OSError):
+                        os.chmod(dirpath, 0o700)
                 shutil.rmtree(entry.path, ignore_errors=True)
             else:
                 os.unlink(entry.path)
+        if os.path.lexists(entry.path):
+            left.append(entry.name)
+    if left:
+        raise SystemExit(f"could not empty {folder} after a task: {left[:3]}")
 
 
 def run_task(tasks, tid, rfd, wfd):
@@ -673,8 +709,9 @@ def run_task(tasks, tid, rfd, wfd):
 def main():
     """The worker: its bounds set first (sandbox.apply_limits), then its messages on stdin and
     stdout, taken aside at once, so what the student's code prints (fd 1) goes to the log
-    (fd 2) and what it reads from stdin is empty. It starts in one task's copy of the project
-    (the kit's own modules are the same in each), beside the others, each named by its task."""
+    (fd 2) and what it reads from stdin is empty. It starts in _worker, a copy with every task
+    function blank (grade.worker_copy); each task's copy appears beside it while the task runs
+    (judge.show_copy)."""
     from classroom.sandbox import apply_limits  # the teacher's: not in a student copy
 
     if os.environ.get("NANONOPE_LIMITS"):

@@ -328,6 +328,9 @@ def student_output(r):
     """What a student reads for one task: every check, pass or fail and why; no seed and no
     number of a hidden case."""
     head = r.get("where", "")
+    if r.get("machine"):  # twice the machine's failure: no score, and the teacher told
+        return head + f"NOT GRADED (the machine's failure, not yours; your teacher is told and "\
+            f"grades it again): {plain(r['machine'], 300)}"
     if not r["checks"]:
         return head + f"0/{r['max_score']}: {plain(r['output'], 600)}"
     passed = sum(c["ok"] for c in r["checks"])

@@ -106,7 +106,10 @@ def apply_limits(text):
     for what, value in pairs:
         hard = resource.getrlimit(what)[1]  # never above what this process may set
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(what, (value, value))
+        # CPU: SIGXCPU at the soft limit (its reason reported), SIGKILL 5 s later
+        top = value + 5 if what == resource.RLIMIT_CPU and (
+            hard == resource.RLIM_INFINITY or value + 5 <= hard) else value
+        resource.setrlimit(what, (value, top))
 
 
 # -----------------------------------------------------------------------------
@@ -239,6 +242,7 @@ mount --bind "$R/proc/sys" "$R/proc/sys"; mount -o remount,bind,ro "$R/proc/sys"
 mkdir "$R/dev"
 for d in null zero urandom random; do touch "$R/dev/$d"; mount --bind "/dev/$d" "$R/dev/$d"; done
 for k in shmmax shmall shmmni msgmnb msgmni; do echo 0 > "/proc/sys/kernel/$k"; done
+echo "0 0 0 0" > /proc/sys/kernel/sem
 echo 0 > /proc/sys/fs/mqueue/queues_max
 mkdir "$R/.old"; cd "$R"; pivot_root . .old; umount -l /.old; rmdir /.old
 mount -o remount,ro /
@@ -466,12 +470,17 @@ def tree_usage(pid):
 
 
 def _linux_memory(pid):
-    """Pss_Anon + Pss_Shmem of one process, and its open memfds' sizes, in bytes."""
-    total = 0
+    """Pss_Anon + Pss_Shmem of one process, and its open memfds' sizes, in bytes (a kernel
+    before 5.x lists no Pss_Anon: then all its Pss, mapped files too, which errs against the
+    student rather than reading 0)."""
+    fields = {}
     with open(f"/proc/{pid}/smaps_rollup", encoding="ascii") as f:
         for line in f:
-            if line.startswith(("Pss_Anon:", "Pss_Shmem:")):
-                total += int(line.split()[1]) << 10
+            name, _, rest = line.partition(":")
+            if name.startswith("Pss"):
+                fields[name] = int(rest.split()[0]) << 10
+    total = (fields["Pss_Anon"] + fields.get("Pss_Shmem", 0) if "Pss_Anon" in fields
+             else fields.get("Pss", 0))
     fds = f"/proc/{pid}/fd"
     for fd in os.listdir(fds):
         try:

@@ -175,6 +175,7 @@ def test_the_unshare_script_caps_files_ipc_and_the_root():
     script = sandbox.UNSHARE_SCRIPT
     assert "nr_inodes=$TMP_FILES" in script and "mount -o remount,ro /" in script
     assert all("kernel/$k" in script and k in script for k in ("shmmax", "shmall", "shmmni"))
+    assert 'echo "0 0 0 0" > /proc/sys/kernel/sem' in script  # no SysV semaphores either
     env = sandbox.command("unshare", Path("/x/task"), ["true"], sandbox.Limits())["env"]
     assert env["TMP_FILES"] == str(sandbox.Limits.tmp_files)
     assert env["NANONOPE_LIMITS"].split(",")[-1] == str(sandbox.Limits.open_files)
