@@ -190,9 +190,8 @@ class Grader:
     context manager: its temporary folder goes at the end."""
 
     def __init__(self, root, secret="", seed=-1, timeout=60, method="auto",
-                 limits=sandbox.Limits(), judge_mb=4096):
+                 limits=sandbox.Limits()):
         self.root, self.secret, self.seed, self.timeout = Path(root), secret, seed, timeout
-        self.judge_mb = judge_mb
         self.method, self.warning = sandbox.choose(method)
         self.limits = limits
         self.tmp = Path(tempfile.mkdtemp(prefix="nanonope_grade_"))
@@ -373,7 +372,7 @@ class Grader:
             spec = {"sandbox": self.method, "limits": list(astuple(self.limits)), "slot": slot,
                     "results": str(judge / "results.json"), "copies": str(work / "copies"),
                     "staged": str(work / "staged"), "log": str(judge / "worker.log"),
-                    "judge_mb": self.judge_mb, "first_only": first_only, "tasks": jobs}
+                    "first_only": first_only, "tasks": jobs}
             (judge / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
             env = {**sandbox.environment(str(judge)), "NANONOPE_JUDGE": str(judge / "spec.json"),
                    "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}

@@ -9,7 +9,7 @@ grader reads. classroom/grade.py starts it once a submission, as
 spec.json: {"sandbox": METHOD, "limits": [the sandbox.Limits fields], "slot": n, "results":
 where to write, "copies": the folder the worker sees (_worker/, the copy it starts in, and the
 running task's copy, T3/ ...), "staged": where each task's copy waits out of its sight, "log":
-the worker's output, "judge_mb": its own data bound, "first_only": the key's short form (one
+the worker's output, "first_only": the key's short form (one
 check a task), "tasks": {"T1": {"functions": ["model.py:query_scale"], "seed": n, "limit_s": CPU
 seconds, "backstop_s": seconds waited, "stubs": {function: its message}}, ...}}. No line of the
 student's runs in this process: one worker process, inside the sandbox, forks a process for each
@@ -49,7 +49,7 @@ SIGNALS = {
     getattr(signal, "SIGXFSZ", -1): "past its file size limit (--file_mb)",
     signal.SIGSEGV: "crashed (segmentation fault)",
 }
-JUDGE_MB = 4096  # the judge's own data bound (RLIMIT_DATA; spec "judge_mb"): a backstop only
+JUDGE_MB = 4096  # the judge's own data bound (RLIMIT_DATA): a backstop only
 
 
 class State:
@@ -145,7 +145,7 @@ def pytest_configure(config):
     if not os.environ.get(SPEC):
         return
     spec = State.spec = json.loads(Path(os.environ[SPEC]).read_text(encoding="utf-8"))
-    limit_memory(spec.get("judge_mb", JUDGE_MB))
+    limit_memory(JUDGE_MB)
     limits = sandbox.Limits(*spec["limits"])
     sandbox.become_subreaper()  # a worker's orphans come back here, and die with the session
     pool = State.pool = remote.Pool(start_worker)

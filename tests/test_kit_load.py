@@ -89,15 +89,17 @@ ATTACKS = {  # issue 57's effects 4 and 6, one task each
            "    shm = libc.shmget(0, 1 << 20, 0o1000 | 0o600)\n"
            "    try:\n        import families\n        families.alibi_attention(q, k, v, lam, lam)\n"
            "        alibi = 'ran'\n    except NotImplementedError:\n        alibi = 'blank'\n"
-           "    n = 0\n    try:\n        os.mkdir('/tmp/many')\n        while n < 100000:\n"
-           "            open('/tmp/many/%d' % n, 'w').close()\n            n += 1\n"
+           "    n, many = 0, os.path.join(os.environ['TMPDIR'], 'many')\n    try:\n        os.mkdir(many)\n"
+           "        while n < 100000:\n            open(os.path.join(many, str(n)), 'w').close()\n"
+           "            n += 1\n"
            "    except OSError:\n        pass\n"
            "    raise RuntimeError('shm=%d alibi=%s files=%d' % (shm, alibi, n))\n"),
     "T3": ("search_scales.py", "uniform_scale",
            "    import mmap\n    m = mmap.mmap(-1, HOLD_MB << 20, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)\n"
-           "    for i in range(0, HOLD_MB << 20, 4096):\n        m[i] = 1\n    return None\n"),
+           "    for i in range(0, HOLD_MB << 20, 4096):\n        m[i] = 1\n"
+           "    import time\n    time.sleep(5)  # held, as effect 4's 3 GB were\n    return None\n"),
     "T4": ("search_scales.py", "fit_log_law",
-           "    import os\n    raise RuntimeError('tmp=%s' % sorted(os.listdir('/tmp')))\n"),
+           "    import os\n    raise RuntimeError('tmp=%s' % sorted(os.listdir(os.environ['TMPDIR'])))\n"),
 }
 
 
